@@ -1,0 +1,77 @@
+"""Tunable constants of the engine (SPEC §2–§6), gathered in one frozen dataclass."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class SpreadParams:
+    decay: float
+    threshold: float
+    lo: float
+    hi: float
+    max_steps: int
+    reemit: bool
+    top_k: int
+    teleport: float = 0.0
+    inhibit_multiplier: float = 1.0
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return {
+            "decay": self.decay,
+            "threshold": self.threshold,
+            "lo": self.lo,
+            "hi": self.hi,
+            "max_steps": self.max_steps,
+            "reemit": self.reemit,
+            "top_k": self.top_k,
+            "teleport": self.teleport,
+            "inhibit_multiplier": self.inhibit_multiplier,
+        }
+
+
+CAUSAL = SpreadParams(decay=0.7, threshold=0.1, lo=-1.0, hi=1.0, max_steps=5, reemit=True, top_k=1000)
+PEDSA = SpreadParams(
+    decay=0.6, threshold=0.01, lo=-2.0, hi=2.0, max_steps=2, reemit=False, top_k=100,
+    teleport=0.0, inhibit_multiplier=2.0,
+)
+PEDSA_RETRIEVAL = replace(PEDSA, teleport=0.15)
+PRESETS: Mapping[str, SpreadParams] = {"causal": CAUSAL, "pedsa": PEDSA, "pedsa_retrieval": PEDSA_RETRIEVAL}
+
+
+@dataclass(frozen=True)
+class Config:
+    # graph lifecycle (SPEC §2)
+    rebuild_writes: int = 5
+    rebuild_seconds: float = 30.0
+    # learning (SPEC §5)
+    q_init: float = 0.5
+    q_alpha: float = 0.1
+    q_gamma: float = 0.9
+    hebbian_start: float = 0.2
+    hebbian_step: float = 0.05
+    hebbian_cap: float = 1.0
+    hebbian_idle_fade: float = 0.99
+    hebbian_drop_below: float = 0.05
+    # spreading presets
+    causal: SpreadParams = CAUSAL
+    pedsa: SpreadParams = PEDSA_RETRIEVAL
+    # retrieval (SPEC §4)
+    rrf_k: int = 60
+    lexical_weight: float = 0.18
+    max_top_k: int = 1000
+    # SQLite
+    busy_timeout_ms: int = 30000
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.rebuild_writes < 1:
+            raise ValueError(f"rebuild_writes must be >= 1, got {self.rebuild_writes}")
+        if self.rebuild_seconds < 0:
+            raise ValueError(f"rebuild_seconds must be >= 0, got {self.rebuild_seconds}")
+        if not 0.0 <= self.q_init <= 1.0:
+            raise ValueError(f"q_init must be in [0, 1], got {self.q_init}")
+
+    def with_(self, **changes: Any) -> "Config":
+        return replace(self, **changes)

@@ -1,0 +1,244 @@
+"""Value types shared by every layer: relations, result dataclasses, time helpers.
+
+Everything here is plain data (no SQL, no arrays), so any layer may import it.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping
+
+
+class Relation(str, Enum):
+    """Typed causal relations and their spread coefficients (SPEC §1).
+
+    ``Relation.parse`` also accepts the meta sub-kinds (``similar_to``, ``repeated``,
+    ``refines``, ``contradicts``, ``invalidates``) and maps them to ``META``.
+    """
+
+    CAUSED = "caused"
+    FACT = "fact"
+    META = "meta"
+    ENABLED = "enabled"
+    TEMPORAL = "temporal"
+    CO_OCCURRENCE = "co_occurrence"
+    PREVENTED = "prevented"
+    NO_EFFECT = "no_effect"
+
+    @property
+    def coefficient(self) -> float:
+        return _COEFFICIENTS[self]
+
+    @property
+    def inhibitory(self) -> bool:
+        return self is Relation.PREVENTED
+
+    @property
+    def code(self) -> int:
+        """Small integer code used in arrays and the store."""
+        return _CODES[self]
+
+    @classmethod
+    def from_code(cls, code: int) -> "Relation":
+        return _BY_CODE[int(code)]
+
+    @classmethod
+    def parse(cls, value: "str | Relation") -> "Relation":
+        """Return the relation named ``value``; unknown names raise ``ValueError``."""
+        if isinstance(value, Relation):
+            return value
+        if not isinstance(value, str):
+            raise TypeError(
+                f"relation must be a string, got {type(value).__name__}; valid: {valid_relation_names()}"
+            )
+        key = value.strip().lower()
+        if key in _BY_VALUE:
+            return _BY_VALUE[key]
+        if key in META_KINDS:
+            return Relation.META
+        raise ValueError(
+            f"unknown relation {value!r}; valid relations: {valid_relation_names()}"
+        )
+
+    @classmethod
+    def subtype_of(cls, value: "str | Relation") -> str | None:
+        """The meta sub-kind named by ``value`` (``similar_to`` …), else ``None``."""
+        if isinstance(value, str) and value.strip().lower() in META_KINDS:
+            return value.strip().lower()
+        return None
+
+
+META_KINDS = ("similar_to", "repeated", "refines", "contradicts", "invalidates")
+
+_COEFFICIENTS = {
+    Relation.CAUSED: 1.0,
+    Relation.FACT: 0.8,
+    Relation.META: 0.6,
+    Relation.ENABLED: 0.5,
+    Relation.TEMPORAL: 0.2,
+    Relation.CO_OCCURRENCE: 1.0,
+    Relation.PREVENTED: -0.3,
+    Relation.NO_EFFECT: 0.0,
+}
+_CODES = {r: i for i, r in enumerate(Relation)}
+_BY_CODE = {i: r for r, i in _CODES.items()}
+_BY_VALUE = {r.value: r for r in Relation}
+
+
+def valid_relation_names() -> str:
+    return ", ".join([r.value for r in Relation] + list(META_KINDS))
+
+
+CHUNK_KINDS = ("decision", "outcome", "fact", "turn", "lesson", "event", "pattern")
+SOURCES_CONFIDENCE = {
+    "temporal": 0.4,
+    "rule": 0.7,
+    "llm_inferred": 0.6,
+    "user_feedback": 0.95,
+    "distill": 0.6,
+}
+POLARITIES = ("positive", "negative", "mixed", "neutral")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    id: str
+    text: str
+    kind: str
+    q_value: float
+    importance: float
+    created_at: float
+    event_time: float | None
+    user_id: str | None
+    agent_id: str | None
+    run_id: str | None
+    session_id: str | None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    access_count: int = 0
+    last_accessed_at: float | None = None
+    valid: bool = True
+
+
+@dataclass(frozen=True)
+class Edge:
+    id: str
+    src: str
+    dst: str
+    relation: str
+    confidence: float
+    source: str
+    polarity: str | None
+    task_tag: str | None
+    event_time: float | None
+    valid: bool
+    superseded_by: str | None
+    discovered_at: float | None = None
+    subtype: str | None = None
+    access_count: int = 0
+    last_accessed_at: float | None = None
+    invalid_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Activation:
+    """One activated node of a spread: ``energy`` < 0 is a warning (inhibition)."""
+
+    node_id: Any
+    text: str | None
+    energy: float
+    superseded_by: str | None = None
+
+    @property
+    def is_warning(self) -> bool:
+        return self.energy < 0
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One result of ``Memory.search``."""
+
+    id: str
+    text: str
+    score: float
+    kind: str
+    created_at: float
+    event_time: float | None
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    session_id: str | None = None
+    superseded_by: str | None = None
+    signals: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class PredictedOutcome:
+    node_id: str
+    text: str
+    energy: float
+    polarity: str | None
+    chain: tuple[str, ...]
+    chain_texts: tuple[str, ...]
+    chain_confidence: float
+    relations: tuple[str, ...]
+    superseded_by: str | None = None
+
+
+@dataclass(frozen=True)
+class InterventionReport:
+    action: str
+    label: str  # DANGER | SAFE | WARNING | UNKNOWN
+    outcomes: tuple[PredictedOutcome, ...]
+    seeds: tuple[str, ...] = ()
+    has_precedent: bool = False
+    summary: str = ""
+
+    def __bool__(self) -> bool:  # an empty report is falsy: no precedent
+        return bool(self.outcomes)
+
+
+@dataclass(frozen=True)
+class SleepReport:
+    skipped_low_diversity: bool = False
+    diversity: float = 0.0
+    reactivated: int = 0
+    protected: int = 0
+    q_updates: int = 0
+    superseded: int = 0
+    annotated: int = 0
+    judge_failures: int = 0
+    merged: int = 0
+    patterns: int = 0
+    decayed: int = 0
+    boosted: int = 0
+    retired: int = 0
+    rem_links: int = 0
+    hebbian_faded: int = 0
+    hebbian_dropped: int = 0
+    dry_run: bool = False
+    elapsed: Mapping[str, float] = field(default_factory=dict)
+
+
+def to_timestamp(value: "float | int | _dt.datetime | None", *, name: str = "time") -> float | None:
+    """POSIX seconds from a float or a timezone-aware ``datetime``; ``None`` passes through."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be POSIX seconds or a timezone-aware datetime, got bool")
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
+            raise ValueError(
+                f"{name} must be a timezone-aware datetime (naive datetimes are ambiguous); "
+                "use datetime(..., tzinfo=timezone.utc)"
+            )
+        return value.timestamp()
+    if isinstance(value, (int, float)):
+        v = float(value)
+        if not math.isfinite(v):
+            raise ValueError(f"{name} must be finite, got {value!r}")
+        return v
+    raise TypeError(
+        f"{name} must be POSIX seconds (float) or a timezone-aware datetime, got {type(value).__name__}"
+    )
