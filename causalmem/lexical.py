@@ -1,0 +1,739 @@
+"""Lexical channel (SPEC §4.1): a tokenizer and an incremental Okapi BM25 index.
+
+Engine layer: pure Python + numpy, no SQL. The store feeds chunk texts in under its own
+integer row ids; the retrieval pipeline asks for the best ids of a query, optionally
+restricted by a boolean scope mask indexed by id.
+
+Tokenizer
+    lowercase latin words (digits kept, accents folded), possessives and clitics dropped
+    ("Caroline's" -> "caroline", "don't" -> stop word), a small English stop-word list,
+    a light suffix stripper (plurals, -ing/-ed/-ly, final e); CJK runs (Han, kana, Hangul) become overlapping character
+    bigrams (a lone CJK character stays a unigram); everything else (emoji, symbols) is
+    dropped.
+
+Index layout
+    every ``add`` takes a fresh internal *slot*; a slot is never reused, so removing a doc
+    only flips its ``alive`` flag and decrements the live document frequencies (O(terms of
+    the doc)). Postings hold slots. A bulk build (``add_many`` of many docs, or a compaction
+    once half the slots are dead) lays all postings out in one term-major array ("base");
+    a term written to afterwards gets its own growable array (amortised doubling) that
+    starts as a copy of its base slice. Scoring gathers the query terms' postings, computes
+    the BM25 contributions vectorised, sums them per slot with ``np.bincount`` and selects
+    the top k with ``np.partition``.
+
+Not thread-safe: the caller holds a lock.
+"""
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from functools import lru_cache
+from typing import Iterable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "ENGLISH_STOP_WORDS",
+    "Tokenizer",
+    "tokenize",
+    "BM25Index",
+    "K1",
+    "B",
+]
+
+K1 = 1.2
+B = 0.75
+
+# Small list on purpose: function words, pronouns, auxiliaries and the clitic leftovers of
+# the apostrophe rule. Content words that carry meaning in agent memories ("not", "no",
+# "never", numbers) are kept out of it: "not" is kept because "did not deploy" and "deploy"
+# differ.
+ENGLISH_STOP_WORDS = frozenset(
+    """
+    a an the and or but if then than so as of at by for from in into on onto to up down out
+    over under with about against between through during before after above below off
+    is am are was were be been being have has had having do does did doing
+    i me my mine myself we us our ours ourselves you your yours yourself yourselves
+    he him his himself she her hers herself it its itself they them their theirs themselves
+    this that these those there here what which who whom whose when where why how
+    all any both each few more most other some such only own same too very just also
+    can could will would shall should may might must ought
+    s t d ll m re ve ca wo sha
+    let lets im ive id youre youve youll youd hes shes its were theyre theyve weve
+    """.split()
+)
+
+# --------------------------------------------------------------------------- tokenizer
+
+_CJK_CLASS = (
+    "\u1100-\u11ff"  # Hangul jamo
+    "\u3040-\u309f"  # Hiragana
+    "\u30a0-\u30ff"  # Katakana
+    "\u3130-\u318f"  # Hangul compatibility jamo
+    "\u31f0-\u31ff"  # Katakana phonetic extensions
+    "\u3400-\u4dbf"  # CJK extension A
+    "\u4e00-\u9fff"  # CJK unified ideographs
+    "\uac00-\ud7af"  # Hangul syllables
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\U00020000-\U0002ebef"  # CJK extensions B-F
+)
+# Latin (incl. accented), Greek and Cyrillic letters; the multiplication/division signs
+# inside Latin-1 are excluded.
+_WORD_CLASS = "0-9a-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u0370-\u03ff\u0400-\u04ff\u1e00-\u1eff"
+_ASCII_WORD_RE = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
+_ASCII_BATCH_RE = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*|\x01")
+_MIXED_RE = re.compile(
+    rf"(?P<w>[{_WORD_CLASS}]+(?:'[{_WORD_CLASS}]+)*)|(?P<c>[{_CJK_CLASS}]+)"
+)
+_CLITICS = frozenset({"s", "t", "d", "ll", "m", "re", "ve"})
+
+
+def _fold_word(word: str) -> str:
+    """Resolve apostrophes: drop English clitics ("caroline's", "don't"), join the rest ("o'neill")."""
+    head, _, tail = word.partition("'")
+    if tail in _CLITICS:
+        if tail == "t" and head.endswith("n") and len(head) > 2:
+            return head[:-1]  # "didn't" -> "did", "couldn't" -> "could"
+        return head
+    return word.replace("'", "")
+
+
+def _strip_accents(word: str) -> str:
+    decomposed = unicodedata.normalize("NFKD", word)
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+
+
+_STEM_EXCEPTIONS = frozenset({"news", "series", "species", "always", "perhaps", "lens", "bus", "gas"})
+
+
+def light_stem(word: str) -> str:
+    """A tiny plural stripper ("stories" -> "story", "classes" -> "class", "cats" -> "cat").
+
+    Only "-s" forms of words longer than three letters; "-ss", "-us", "-is" endings
+    ("glass", "status", "analysis") are left alone.
+    """
+    n = len(word)
+    if n <= 3 or word[-1] != "s" or word[-2].isdigit() or word in _STEM_EXCEPTIONS:
+        return word
+    if word.endswith("ies") and n > 4:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "shes", "ches", "xes")):
+        return word[:-2]
+    if word.endswith(("ss", "us", "is")):
+        return word
+    return word[:-1]
+
+
+def light_stem_ing_ed(word: str) -> str:
+    """``light_stem`` plus "-ied"/"-ing"/"-ed"/"-ly" stripping and a final "e" drop.
+
+    "danced", "dancing", "dance" -> "danc"; "studied" -> "study"; "stopped" -> "stop";
+    "quickly" -> "quick". Stems shorter than four letters are never produced by the
+    "-ing"/"-ed" rules ("making", "used" stay as they are). Own rules, no Porter tables.
+    """
+    if word in _STEM_EXCEPTIONS:
+        return word
+    word = light_stem(word)
+    n = len(word)
+    if word.endswith("ied") and n >= 5:
+        return word[:-3] + "y"
+    for suffix in ("ing", "ed"):
+        if word.endswith(suffix) and n - len(suffix) >= 4:
+            stem = word[: -len(suffix)]
+            if stem[-1] == stem[-2] and stem[-1] not in "lsz":
+                stem = stem[:-1]  # "running" -> "run", "stopped" -> "stop"
+            return stem
+    if word.endswith("ly") and n >= 6:
+        return word[:-2]
+    if word.endswith("e") and n >= 5:
+        return word[:-1]
+    return word
+
+
+class Tokenizer:
+    """Text -> list of index terms. Immutable; equal settings give identical tokens.
+
+    ``stem`` is ``"light"`` (default: plural, -ied/-ing/-ed/-ly, final e), ``"plural"`` or
+    ``"none"``; the default won on LoCoMo-dev (benchmarks/bm25_locomo_check.py);
+    ``stop_words`` defaults to :data:`ENGLISH_STOP_WORDS` (pass ``()`` to keep everything).
+    """
+
+    def __init__(self, *, stem: str = "light", stop_words: Iterable[str] | None = None) -> None:
+        stemmers = {"none": None, "plural": light_stem, "light": light_stem_ing_ed}
+        if stem not in stemmers:
+            raise ValueError(f"stem must be one of {sorted(stemmers)}, got {stem!r}")
+        self.stem = stem
+        self.stop_words = frozenset(ENGLISH_STOP_WORDS if stop_words is None else stop_words)
+        self._stemmer = stemmers[stem]
+        # Pure function of the surface word; memoised because words repeat (Zipf).
+        self.term_of = lru_cache(maxsize=1 << 18)(self._term_of)
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(stem={self.stem!r}, stop_words=<{len(self.stop_words)} words>)"
+
+    def _term_of(self, word: str) -> str | None:
+        """Normalise one matched latin word; ``None`` means drop (stop word / empty)."""
+        if "'" in word:
+            word = _fold_word(word)
+        if not word.isascii():
+            word = _strip_accents(word)
+        if not word or word in self.stop_words:
+            return None
+        if self._stemmer is not None:
+            word = self._stemmer(word)
+            if word in self.stop_words:
+                return None
+        return word
+
+    def __call__(self, text: str | None) -> list[str]:
+        return self.tokenize(text)
+
+    def tokenize(self, text: str | None) -> list[str]:
+        if not text:
+            return []
+        if text.isascii():
+            term_of = self.term_of
+            return [t for t in map(term_of, _ASCII_WORD_RE.findall(text.lower())) if t is not None]
+        return self._tokenize_unicode(text)
+
+    def _tokenize_unicode(self, text: str) -> list[str]:
+        text = unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'").replace("\u2018", "'")
+        out: list[str] = []
+        term_of = self.term_of
+        for m in _MIXED_RE.finditer(text):
+            word = m.group("w")
+            if word is not None:
+                term = term_of(word)
+                if term is not None:
+                    out.append(term)
+                continue
+            run = m.group("c")
+            if len(run) == 1:
+                out.append(run)
+            else:
+                out.extend(run[i : i + 2] for i in range(len(run) - 1))
+        return out
+
+
+DEFAULT_TOKENIZER = Tokenizer()
+
+
+def tokenize(text: str | None) -> list[str]:
+    """Tokenize ``text`` with the default tokenizer (see module docstring)."""
+    return DEFAULT_TOKENIZER.tokenize(text)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _grow(arr: np.ndarray, need: int, fill: int | float | None = None) -> np.ndarray:
+    """Return ``arr`` with capacity >= need (amortised doubling), new tail set to ``fill``."""
+    cap = arr.shape[0]
+    if need <= cap:
+        return arr
+    new_cap = max(need, 2 * cap, 16)
+    out = np.empty(new_cap, dtype=arr.dtype)
+    out[:cap] = arr
+    if fill is not None:
+        out[cap:] = fill
+    return out
+
+
+def _check_doc_id(doc_id: int) -> int:
+    if isinstance(doc_id, (bool, np.bool_)) or not isinstance(doc_id, (int, np.integer)):
+        raise TypeError(f"doc_id must be a non-negative int, got {type(doc_id).__name__}")
+    doc_id = int(doc_id)
+    if doc_id < 0 or doc_id >= 1 << 40:
+        raise ValueError(f"doc_id must be in [0, 2**40), got {doc_id}")
+    return doc_id
+
+
+_EMPTY_IDS = np.zeros(0, dtype=np.int64)
+_EMPTY_SCORES = np.zeros(0, dtype=np.float32)
+
+
+# --------------------------------------------------------------------------- index
+
+
+class BM25Index:
+    """Incremental Okapi BM25 (k1 1.2, b 0.75, IDF ln(1 + (N - df + .5)/(df + .5))).
+
+    ``N`` and ``avgdl`` are taken over live documents; a document whose text has no token
+    still counts as a live document of length 0 (rank-bm25 does the same).
+    """
+
+    def __init__(self, *, tokenizer: Tokenizer | None = None, k1: float = K1, b: float = B) -> None:
+        self.tokenizer = tokenizer if tokenizer is not None else DEFAULT_TOKENIZER
+        self.k1 = float(k1)
+        self.b = float(b)
+        # vocabulary: term -> id, and surface word -> id (-1 = dropped) for the batch path
+        self._term_id: dict[str, int] = {}
+        self._surface: dict[str, int] = {}
+        self._df = np.zeros(0, dtype=np.int64)  # live document frequency per term
+        # slots
+        self._n_slots = 0
+        self._slot_doc = np.zeros(0, dtype=np.int64)
+        self._slot_len = np.zeros(0, dtype=np.int64)  # tokens in the doc (with repeats)
+        self._slot_alive = np.zeros(0, dtype=bool)
+        self._slot_start = np.zeros(0, dtype=np.int64)  # forward index offsets
+        self._slot_nterms = np.zeros(0, dtype=np.int64)
+        self._doc_slot = np.zeros(0, dtype=np.int64)  # doc id -> slot, -1 = absent
+        # forward index (distinct terms of each slot with their tf), append-only
+        self._fwd_n = 0
+        self._fwd_term = np.zeros(0, dtype=np.int32)
+        self._fwd_tf = np.zeros(0, dtype=np.int32)
+        # postings: base CSR + per-term growable overrides
+        self._base_ptr = np.zeros(1, dtype=np.int64)
+        self._base_slot = np.zeros(0, dtype=np.int32)
+        self._base_tf = np.zeros(0, dtype=np.int32)
+        self._dyn: dict[int, list] = {}  # term -> [slots array, tf array, length]
+        self._n_live = 0
+        self._total_len = 0
+        self._n_dead = 0
+
+    # ------------------------------------------------------------------ introspection
+
+    def __len__(self) -> int:
+        return self._n_live
+
+    @property
+    def n_docs(self) -> int:
+        return self._n_live
+
+    @property
+    def avgdl(self) -> float:
+        return self._total_len / self._n_live if self._n_live else 0.0
+
+    def __contains__(self, doc_id: object) -> bool:
+        if isinstance(doc_id, (bool, np.bool_)) or not isinstance(doc_id, (int, np.integer)):
+            return False
+        d = int(doc_id)
+        return 0 <= d < self._doc_slot.shape[0] and self._doc_slot[d] >= 0
+
+    def doc_ids(self) -> np.ndarray:
+        """Live doc ids, ascending."""
+        return np.sort(self._slot_doc[: self._n_slots][self._slot_alive[: self._n_slots]])
+
+    def __repr__(self) -> str:
+        return f"BM25Index(n_docs={self._n_live}, n_terms={len(self._term_id)}, tokenizer={self.tokenizer!r})"
+
+    # ------------------------------------------------------------------ writes
+
+    def add(self, doc_id: int, text: str | None = None, *, tokens: Sequence[str] | None = None) -> None:
+        """Index ``doc_id`` (re-adding an indexed id replaces it). Give ``text`` or ``tokens``."""
+        doc_id = _check_doc_id(doc_id)
+        if tokens is None:
+            if text is not None and not isinstance(text, str):
+                raise TypeError(f"text must be a str or None, got {type(text).__name__}")
+            tokens = self.tokenizer.tokenize(text)
+        elif text is not None:
+            raise ValueError("give either text or tokens, not both")
+        if doc_id in self:
+            self.remove(doc_id)
+        counts: dict[int, int] = {}
+        term_id = self._term_id
+        for tok in tokens:
+            tid = term_id.get(tok)
+            if tid is None:
+                tid = self._new_term(tok)
+            counts[tid] = counts.get(tid, 0) + 1
+        terms = np.fromiter(counts.keys(), dtype=np.int32, count=len(counts))
+        tfs = np.fromiter(counts.values(), dtype=np.int32, count=len(counts))
+        slot = self._new_slots(np.array([doc_id], dtype=np.int64), np.array([len(tokens)], dtype=np.int64),
+                               np.array([len(counts)], dtype=np.int64))[0]
+        self._append_forward(terms, tfs)
+        self._df[terms] += 1
+        for t, f in zip(counts.keys(), counts.values()):
+            self._append_posting(t, slot, f)
+        self._maybe_compact()
+
+    def update(self, doc_id: int, text: str | None = None, *, tokens: Sequence[str] | None = None) -> None:
+        """Replace the text of ``doc_id`` (adds it when absent)."""
+        self.add(doc_id, text, tokens=tokens)
+
+    def remove(self, doc_id: int) -> bool:
+        """Forget ``doc_id``; returns False when it was not indexed."""
+        doc_id = _check_doc_id(doc_id)
+        if doc_id not in self:
+            return False
+        slot = int(self._doc_slot[doc_id])
+        self._doc_slot[doc_id] = -1
+        self._slot_alive[slot] = False
+        s = int(self._slot_start[slot])
+        e = s + int(self._slot_nterms[slot])
+        self._df[self._fwd_term[s:e]] -= 1
+        self._n_live -= 1
+        self._total_len -= int(self._slot_len[slot])
+        self._n_dead += 1
+        self._maybe_compact()
+        return True
+
+    discard = remove
+
+    def add_many(self, pairs: Iterable[tuple[int, str | None]]) -> None:
+        """Index many ``(doc_id, text)`` pairs; a later pair for the same id wins.
+
+        Large batches are tokenized in bulk (one regex pass over the joined ASCII texts)
+        and laid out with a single sort, which is what opening a big store needs.
+        """
+        items = pairs if isinstance(pairs, list) else list(pairs)
+        if not items:
+            return
+        if len(items) < 64:
+            for doc_id, text in items:
+                self.add(doc_id, text)
+            return
+        ids = np.fromiter((_check_doc_id(d) for d, _ in items), dtype=np.int64, count=len(items))
+        texts = [t for _, t in items]
+        for t in texts:
+            if t is not None and not isinstance(t, str):
+                raise TypeError(f"text must be a str or None, got {type(t).__name__}")
+        uniq, first_rev = np.unique(ids[::-1], return_index=True)
+        if uniq.shape[0] != ids.shape[0]:  # duplicates: keep the last occurrence
+            keep = np.sort(ids.shape[0] - 1 - first_rev)
+            ids = ids[keep]
+            texts = [texts[i] for i in keep]
+        present = ids[ids < self._doc_slot.shape[0]]
+        if present.size:
+            for d in present[self._doc_slot[present] >= 0]:
+                self.remove(int(d))
+        doc_idx, terms, tfs, lengths = self._bulk_tokenize(texts)
+        n = ids.shape[0]
+        nterms = np.bincount(doc_idx, minlength=n).astype(np.int64)
+        slot0 = self._n_slots
+        self._new_slots(ids, lengths, nterms)
+        self._append_forward(terms, tfs)
+        self._df += np.bincount(terms, minlength=self._df.shape[0])[: self._df.shape[0]]
+        # a big batch relative to what is indexed: lay everything out again in one sort
+        if terms.shape[0] * 4 >= self._fwd_n or terms.shape[0] > 200_000:
+            self._rebuild()
+        else:
+            slots = (doc_idx + slot0).astype(np.int32)
+            order = np.argsort(terms, kind="stable")
+            t_sorted = terms[order]
+            bounds = np.flatnonzero(np.diff(t_sorted)) + 1
+            starts = np.concatenate(([0], bounds))
+            ends = np.concatenate((bounds, [t_sorted.shape[0]]))
+            s_sorted = slots[order]
+            f_sorted = tfs[order]
+            for a, z in zip(starts.tolist(), ends.tolist()):
+                self._append_postings(int(t_sorted[a]), s_sorted[a:z], f_sorted[a:z])
+            self._maybe_compact()
+
+    # ------------------------------------------------------------------ internals: writes
+
+    def _new_term(self, tok: str) -> int:
+        tid = len(self._term_id)
+        self._term_id[tok] = tid
+        self._df = _grow(self._df, tid + 1, 0)
+        return tid
+
+    def _new_slots(self, doc_ids: np.ndarray, lengths: np.ndarray, nterms: np.ndarray) -> np.ndarray:
+        n = doc_ids.shape[0]
+        s0 = self._n_slots
+        s1 = s0 + n
+        self._slot_doc = _grow(self._slot_doc, s1)
+        self._slot_len = _grow(self._slot_len, s1)
+        self._slot_alive = _grow(self._slot_alive, s1, False)
+        self._slot_start = _grow(self._slot_start, s1)
+        self._slot_nterms = _grow(self._slot_nterms, s1)
+        self._slot_doc[s0:s1] = doc_ids
+        self._slot_len[s0:s1] = lengths
+        self._slot_alive[s0:s1] = True
+        self._slot_nterms[s0:s1] = nterms
+        starts = np.empty(n, dtype=np.int64)
+        starts[0] = self._fwd_n
+        if n > 1:
+            np.cumsum(nterms[:-1], out=starts[1:])
+            starts[1:] += self._fwd_n
+        self._slot_start[s0:s1] = starts
+        max_doc = int(doc_ids.max()) + 1
+        if max_doc > self._doc_slot.shape[0]:
+            self._doc_slot = _grow(self._doc_slot, max_doc, -1)
+        slots = np.arange(s0, s1, dtype=np.int64)
+        self._doc_slot[doc_ids] = slots
+        self._n_slots = s1
+        self._n_live += n
+        self._total_len += int(lengths.sum())
+        return slots
+
+    def _append_forward(self, terms: np.ndarray, tfs: np.ndarray) -> None:
+        n0 = self._fwd_n
+        n1 = n0 + terms.shape[0]
+        self._fwd_term = _grow(self._fwd_term, n1)
+        self._fwd_tf = _grow(self._fwd_tf, n1)
+        self._fwd_term[n0:n1] = terms
+        self._fwd_tf[n0:n1] = tfs
+        self._fwd_n = n1
+
+    def _dyn_entry(self, term: int, extra: int) -> list:
+        entry = self._dyn.get(term)
+        if entry is None:
+            if term + 1 < self._base_ptr.shape[0]:
+                a, z = int(self._base_ptr[term]), int(self._base_ptr[term + 1])
+            else:
+                a = z = 0
+            n = z - a
+            cap = max(4, 2 * (n + extra))
+            slots = np.empty(cap, dtype=np.int32)
+            tfs = np.empty(cap, dtype=np.int32)
+            slots[:n] = self._base_slot[a:z]
+            tfs[:n] = self._base_tf[a:z]
+            entry = [slots, tfs, n]
+            self._dyn[term] = entry
+        else:
+            need = entry[2] + extra
+            if need > entry[0].shape[0]:
+                entry[0] = _grow(entry[0], need)
+                entry[1] = _grow(entry[1], need)
+        return entry
+
+    def _append_posting(self, term: int, slot: int, tf: int) -> None:
+        entry = self._dyn_entry(term, 1)
+        n = entry[2]
+        entry[0][n] = slot
+        entry[1][n] = tf
+        entry[2] = n + 1
+
+    def _append_postings(self, term: int, slots: np.ndarray, tfs: np.ndarray) -> None:
+        entry = self._dyn_entry(term, slots.shape[0])
+        n = entry[2]
+        m = n + slots.shape[0]
+        entry[0][n:m] = slots
+        entry[1][n:m] = tfs
+        entry[2] = m
+
+    def _maybe_compact(self) -> None:
+        if self._n_dead > 1024 and self._n_dead > self._n_live:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Drop dead slots, renumber the live ones densely and lay all postings out term-major."""
+        n_slots = self._n_slots
+        alive = self._slot_alive[:n_slots]
+        live = np.flatnonzero(alive)
+        nterms = self._slot_nterms[live]
+        starts = self._slot_start[live]
+        total = int(nterms.sum())
+        # gather forward entries of live slots, in slot order
+        if live.shape[0] == n_slots and total == self._fwd_n:
+            fwd_term = self._fwd_term[: self._fwd_n].copy()
+            fwd_tf = self._fwd_tf[: self._fwd_n].copy()
+        else:
+            new_starts = np.zeros(live.shape[0], dtype=np.int64)
+            if live.shape[0] > 1:
+                np.cumsum(nterms[:-1], out=new_starts[1:])
+            idx = np.arange(total, dtype=np.int64) - np.repeat(new_starts - starts, nterms)
+            fwd_term = self._fwd_term[idx]
+            fwd_tf = self._fwd_tf[idx]
+        new_n = live.shape[0]
+        new_starts = np.zeros(new_n, dtype=np.int64)
+        if new_n > 1:
+            np.cumsum(nterms[:-1], out=new_starts[1:])
+        self._slot_doc = self._slot_doc[live].copy()
+        self._slot_len = self._slot_len[live].copy()
+        self._slot_alive = np.ones(new_n, dtype=bool)
+        self._slot_start = new_starts
+        self._slot_nterms = nterms.copy()
+        self._n_slots = new_n
+        self._n_dead = 0
+        self._doc_slot[:] = -1
+        self._doc_slot[self._slot_doc] = np.arange(new_n, dtype=np.int64)
+        self._fwd_term = fwd_term
+        self._fwd_tf = fwd_tf
+        self._fwd_n = total
+        # term-major postings
+        slot_col = np.repeat(np.arange(new_n, dtype=np.int32), nterms)
+        order = np.argsort(fwd_term, kind="stable")
+        self._base_slot = slot_col[order]
+        self._base_tf = fwd_tf[order]
+        counts = np.bincount(fwd_term, minlength=len(self._term_id))
+        ptr = np.zeros(len(self._term_id) + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        self._base_ptr = ptr
+        self._dyn = {}
+
+    def _bulk_tokenize(self, texts: list[str | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Tokenize many texts -> (doc index, term id, tf) per distinct (doc, term), doc lengths."""
+        n = len(texts)
+        fast: list[int] = []
+        slow: list[int] = []
+        for i, t in enumerate(texts):
+            if t is None or t == "":
+                continue
+            if t.isascii() and "\x01" not in t:
+                fast.append(i)
+            else:
+                slow.append(i)
+        term_id = self._term_id
+        doc_parts: list[np.ndarray] = []
+        term_parts: list[np.ndarray] = []
+        if fast:
+            joined = "\x01".join([texts[i] for i in fast]).lower()
+            words = _ASCII_BATCH_RE.findall(joined)
+            surface = self._surface
+            term_of = self.tokenizer.term_of
+            # unseen surface words first (few), then one C-level map over all tokens
+            for w in set(words).difference(surface.keys()):
+                if w == "\x01":
+                    surface[w] = -2
+                    continue
+                term = term_of(w)
+                if term is None:
+                    surface[w] = -1
+                else:
+                    tid = term_id.get(term)
+                    if tid is None:
+                        tid = self._new_term(term)
+                    surface[w] = tid
+            wid = np.fromiter(map(surface.__getitem__, words), dtype=np.int64, count=len(words))
+            is_sep = wid == -2
+            local = np.cumsum(is_sep)
+            keep = wid >= 0
+            doc_parts.append(np.asarray(fast, dtype=np.int64)[local[keep]])
+            term_parts.append(wid[keep])
+        for i in slow:
+            toks = self.tokenizer.tokenize(texts[i])
+            if not toks:
+                continue
+            ids = []
+            for tok in toks:
+                tid = term_id.get(tok)
+                if tid is None:
+                    tid = self._new_term(tok)
+                ids.append(tid)
+            doc_parts.append(np.full(len(ids), i, dtype=np.int64))
+            term_parts.append(np.asarray(ids, dtype=np.int64))
+        if not doc_parts:
+            z = np.zeros(0, dtype=np.int64)
+            return z, z.astype(np.int32), z.astype(np.int32), np.zeros(n, dtype=np.int64)
+        doc = np.concatenate(doc_parts)
+        term = np.concatenate(term_parts)
+        lengths = np.bincount(doc, minlength=n).astype(np.int64)
+        v = max(len(term_id), 1)
+        key = doc * v + term
+        key.sort()
+        bounds = np.flatnonzero(np.diff(key)) + 1
+        starts = np.concatenate(([0], bounds))
+        tf = np.diff(np.concatenate((starts, [key.shape[0]])))
+        uk = key[starts]
+        return uk // v, (uk % v).astype(np.int32), tf.astype(np.int32), lengths
+
+    # ------------------------------------------------------------------ reads
+
+    def _postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
+        entry = self._dyn.get(term)
+        if entry is not None:
+            n = entry[2]
+            return entry[0][:n], entry[1][:n]
+        if term + 1 < self._base_ptr.shape[0]:
+            a, z = self._base_ptr[term], self._base_ptr[term + 1]
+            return self._base_slot[a:z], self._base_tf[a:z]
+        return self._base_slot[:0], self._base_tf[:0]
+
+    def _query_terms(self, query: str | Sequence[str]) -> dict[int, int]:
+        toks = self.tokenizer.tokenize(query) if isinstance(query, str) or query is None else list(query)
+        counts: dict[int, int] = {}
+        for tok in toks:
+            tid = self._term_id.get(tok)
+            if tid is not None and self._df[tid] > 0:
+                counts[tid] = counts.get(tid, 0) + 1
+        return counts
+
+    def _accumulate(self, query: str | Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, float64 scores) of live docs matching the query, slots ascending."""
+        qterms = self._query_terms(query)
+        if not qterms or self._n_live == 0:
+            return _EMPTY_IDS, np.zeros(0, dtype=np.float64)
+        n_live = self._n_live
+        avgdl = self._total_len / n_live
+        k1, b = self.k1, self.b
+        base_norm = k1 * (1.0 - b)
+        len_coef = k1 * b / avgdl if avgdl > 0 else 0.0
+        slot_parts = []
+        contrib_parts = []
+        for tid, qtf in qterms.items():
+            slots, tfs = self._postings(tid)
+            if slots.shape[0] == 0:
+                continue
+            df = int(self._df[tid])
+            idf = math.log(1.0 + (n_live - df + 0.5) / (df + 0.5))
+            tf = tfs.astype(np.float64)
+            denom = tf + (base_norm + len_coef * self._slot_len[slots])
+            contrib = tf * (k1 + 1.0)
+            contrib /= denom
+            contrib *= idf * qtf
+            slot_parts.append(slots)
+            contrib_parts.append(contrib)
+        if not slot_parts:
+            return _EMPTY_IDS, np.zeros(0, dtype=np.float64)
+        if len(slot_parts) == 1:
+            slots = slot_parts[0].astype(np.int64)
+            scores = contrib_parts[0]
+            order = np.argsort(slots, kind="stable")
+            slots, scores = slots[order], scores[order]
+        else:
+            all_slots = np.concatenate(slot_parts)
+            all_contrib = np.concatenate(contrib_parts)
+            if all_slots.shape[0] * 8 < self._n_slots:
+                # few postings on a big index: sort + segment sums beat a dense buffer
+                order = np.argsort(all_slots, kind="stable")
+                s_sorted = all_slots[order]
+                bounds = np.flatnonzero(np.diff(s_sorted)) + 1
+                starts = np.concatenate(([0], bounds))
+                slots = s_sorted[starts].astype(np.int64)
+                scores = np.add.reduceat(all_contrib[order], starts)
+            else:
+                acc = np.bincount(all_slots, weights=all_contrib)
+                slots = np.flatnonzero(acc)
+                scores = acc[slots]
+        live = self._slot_alive[slots]
+        if not live.all():
+            slots, scores = slots[live], scores[live]
+        return slots, scores
+
+    def scores(self, query: str | Sequence[str]) -> dict[int, float]:
+        """BM25 score of every live doc matching ``query`` (doc id -> score)."""
+        slots, scores = self._accumulate(query)
+        return dict(zip(self._slot_doc[slots].tolist(), scores.tolist()))
+
+    def search(
+        self,
+        query: str | Sequence[str],
+        *,
+        top_k: int = 10,
+        allowed: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Best ``top_k`` docs for ``query``: (doc ids int64, scores float32), best first.
+
+        Ties (equal float32 scores) go to the lower doc id. ``allowed`` is a boolean mask
+        indexed by doc id; ids beyond its end are not allowed.
+        """
+        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
+            raise TypeError(f"top_k must be an int, got {type(top_k).__name__}")
+        if top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {top_k}")
+        if allowed is not None:
+            allowed = np.asarray(allowed)
+            if allowed.ndim != 1 or allowed.dtype != np.bool_:
+                raise ValueError("allowed must be a 1-D boolean array indexed by doc id")
+        if top_k == 0:
+            return _EMPTY_IDS.copy(), _EMPTY_SCORES.copy()
+        slots, scores = self._accumulate(query)
+        if slots.shape[0] == 0:
+            return _EMPTY_IDS.copy(), _EMPTY_SCORES.copy()
+        docs = self._slot_doc[slots]
+        if allowed is not None:
+            ok = docs < allowed.shape[0]
+            ok[ok] = allowed[docs[ok]]
+            docs, scores = docs[ok], scores[ok]
+            if docs.shape[0] == 0:
+                return _EMPTY_IDS.copy(), _EMPTY_SCORES.copy()
+        s32 = scores.astype(np.float32)
+        if s32.shape[0] > top_k:
+            kth = np.partition(s32, s32.shape[0] - top_k)[s32.shape[0] - top_k]
+            sel = s32 >= kth
+            docs, s32 = docs[sel], s32[sel]
+        order = np.lexsort((docs, -s32))[:top_k]
+        return docs[order].astype(np.int64, copy=False), s32[order]
