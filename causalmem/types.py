@@ -70,7 +70,7 @@ class Relation(str, Enum):
         return None
 
 
-META_KINDS = ("similar_to", "repeated", "refines", "contradicts", "invalidates")
+META_KINDS = ("similar_to", "repeated", "refines", "contradicts", "invalidates", "supersedes")
 
 _COEFFICIENTS = {
     Relation.CAUSED: 1.0,
