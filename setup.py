@@ -14,7 +14,10 @@ extensions = [
         ["causalmem/_spread.pyx"],
         include_dirs=[np.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-        extra_compile_args=["-O3"],
+        language="c++",
+        # -O3 but no -march=native: wheels must run on any x86-64/aarch64.
+        # -ffp-contract=off: no FMA contraction, so float32 results match the twin bit for bit.
+        extra_compile_args=["-O3", "-ffp-contract=off", "-std=c++11"],
     ),
 ]
 

@@ -1,0 +1,37 @@
+"""The only import point of the spreading kernels.
+
+Tries the compiled extension ``causalmem._spread``; falls back to the plain-Python twin
+``causalmem._spread_py`` (same names and semantics, much slower).  ``HAVE_EXTENSION`` says which
+one is in use; a test fails when it is False so that a silent fallback cannot pass CI.
+"""
+from __future__ import annotations
+
+import logging
+
+from . import _spread_py as reference
+
+try:
+    from . import _spread as compiled
+except ImportError as exc:  # pragma: no cover - exercised only without a build
+    compiled = None
+    _IMPORT_ERROR: ImportError | None = exc
+    logging.getLogger("causalmem").warning(
+        "causalmem: compiled kernels not available (%s); using the pure-Python reference", exc
+    )
+else:
+    _IMPORT_ERROR = None
+
+HAVE_EXTENSION: bool = compiled is not None
+_impl = compiled if compiled is not None else reference
+
+spread = _impl.spread
+SpreadWorkspace = _impl.SpreadWorkspace
+clamp = _impl.clamp
+absmax_merge = _impl.absmax_merge
+select_top_k = _impl.select_top_k
+coo_to_csr = _impl.coo_to_csr
+
+__all__ = [
+    "HAVE_EXTENSION", "compiled", "reference", "spread", "SpreadWorkspace", "clamp",
+    "absmax_merge", "select_top_k", "coo_to_csr",
+]
