@@ -1,0 +1,373 @@
+"""Validated wrappers around the spreading kernels (SPEC §3).
+
+``CSR`` casts and validates the graph arrays once, at construction; ``CSR.spread`` then checks
+only the seeds and the parameters (O(len(seeds))) before the compiled kernel runs, which is what
+a graph that answers many queries needs.  ``spread(...)`` is ``CSR(...).spread(...)``.
+
+Thread safety: a ``CSR`` may be queried from several threads at once.  Each call borrows a
+scratch workspace from a small pool guarded by a ``threading.Lock`` (held only to pop/push, not
+during the traversal), so concurrent calls run in parallel with the GIL released, each on its own
+workspace; the pool grows to the peak number of concurrent callers.  The graph arrays themselves
+are never written by a query.
+"""
+from __future__ import annotations
+
+import math
+import operator
+import threading
+from typing import Any
+
+import numpy as np
+
+from . import _kernels
+
+__all__ = ["CSR", "spread", "DEFAULT_PARAMS"]
+
+DEFAULT_PARAMS: dict[str, Any] = {
+    "decay": 0.7,
+    "threshold": 0.1,
+    "lo": -1.0,
+    "hi": 1.0,
+    "max_steps": 5,
+    "reemit": True,
+    "top_k": 0,
+    "teleport": 0.0,
+    "inhibit_multiplier": 1.0,
+}
+_FLOAT_PARAMS = ("decay", "threshold", "lo", "hi", "teleport", "inhibit_multiplier")
+_INT_PARAMS = ("max_steps", "top_k")
+_INT32_MAX = 2**31 - 1
+_F32_MAX = float(np.finfo(np.float32).max)
+_EMPTY_I32 = np.zeros(0, dtype=np.int32)
+_EMPTY_F32 = np.zeros(0, dtype=np.float32)
+
+
+def _is_real_dtype(dtype: np.dtype) -> bool:
+    return dtype.kind in "biuf"
+
+
+def _as_1d(name: str, value: Any) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # ragged lists, odd objects
+        raise ValueError(f"{name} must be a 1-D numeric array: {exc}") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got an array with ndim={arr.ndim}")
+    if arr.size == 0 and arr.dtype.kind not in "biuf":
+        arr = arr.astype(np.float64)  # an empty list is float64 already; [] of objects is fine
+    if not _is_real_dtype(arr.dtype):
+        raise ValueError(f"{name} must have a numeric dtype, got {arr.dtype}")
+    return arr
+
+
+def _int_array(name: str, value: Any) -> np.ndarray:
+    arr = _as_1d(name, value)
+    if arr.size == 0:
+        return arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"{name} must have an integer dtype, got {arr.dtype}")
+    return arr
+
+
+def _flag_array(name: str, value: Any, n_edges: int) -> np.ndarray | None:
+    if value is None:
+        return None
+    arr = _as_1d(name, value)
+    if len(arr) != n_edges:
+        raise ValueError(
+            f"{name} must have one entry per edge: len({name})={len(arr)}, len(indices)={n_edges}"
+        )
+    if arr.dtype == np.uint8:
+        return np.ascontiguousarray(arr)
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        raise ValueError(f"{name} must be finite")
+    return np.ascontiguousarray(arr != 0, dtype=np.uint8)
+
+
+def _weight_array(name: str, value: Any, n_edges: int | None = None) -> np.ndarray:
+    arr = _as_1d(name, value)
+    if n_edges is not None and len(arr) != n_edges:
+        raise ValueError(
+            f"{name} must have one entry per edge: len({name})={len(arr)}, len(indices)={n_edges}"
+        )
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.ascontiguousarray(arr, dtype=np.float32)
+    if out.size and not np.isfinite(out).all():
+        raise ValueError(f"{name} must be finite (NaN/inf or a value beyond float32 range found)")
+    return out
+
+
+def _check_param(name: str, value: Any) -> Any:
+    if name == "reemit":
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        if isinstance(value, (int, np.integer)) and value in (0, 1):
+            return bool(value)
+        raise ValueError(f"reemit must be a bool, got {value!r}")
+    if name in _INT_PARAMS:
+        if isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        try:
+            v = operator.index(value)
+        except TypeError:
+            raise ValueError(f"{name} must be an integer, got {value!r}") from None
+        if v < 0:
+            raise ValueError(f"{name} must be >= 0, got {v}")
+        if v > _INT32_MAX:
+            raise ValueError(f"{name} must be <= {_INT32_MAX}, got {v}")
+        return v
+    # float parameters
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a real number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if abs(v) > _F32_MAX:
+        raise ValueError(f"{name} must be within float32 range, got {value!r}")
+    if name == "decay" and v < 0:
+        raise ValueError(f"decay must be >= 0, got {v}")
+    if name == "threshold" and v < 0:
+        raise ValueError(f"threshold must be >= 0, got {v}")
+    if name == "teleport" and not 0.0 <= v <= 1.0:
+        raise ValueError(f"teleport must be in [0, 1], got {v}")
+    if name == "inhibit_multiplier" and v < 0:
+        raise ValueError(f"inhibit_multiplier must be >= 0, got {v}")
+    return v
+
+
+def _check_params(params: dict[str, Any]) -> dict[str, Any]:
+    out = dict(DEFAULT_PARAMS)
+    for name, value in params.items():
+        if name not in DEFAULT_PARAMS:
+            raise TypeError(
+                f"spread() got an unexpected parameter {name!r}; valid: {', '.join(DEFAULT_PARAMS)}"
+            )
+        out[name] = _check_param(name, value)
+    if out["lo"] > out["hi"]:
+        raise ValueError(f"lo must be <= hi, got lo={out['lo']} > hi={out['hi']}")
+    return out
+
+
+class CSR:
+    """A validated compressed-sparse-row graph ready for many spreading queries.
+
+    Parameters
+    ----------
+    indptr : int array, shape (N+1,)
+        Row pointers; ``indptr[0] == 0``, non-decreasing, ``indptr[-1] == len(indices)``.
+    indices : int array, shape (E,)
+        Target node of every edge, in ``[0, N)``.
+    weights : real array, shape (E,)
+        Pre-multiplied edge values (finite).
+    valid, inhibitory : array-like of shape (E,), optional
+        Edge flags (nonzero = true).  ``None``: every edge valid / no edge inhibitory.
+
+    Arrays already of the right dtype and contiguous are used without a copy (so flipping
+    ``csr.valid`` in place is seen by the next query; ``CausalGraph.invalidate`` relies on it).
+    Do not mutate ``indptr``/``indices`` after construction: they are validated only once.
+    """
+
+    __slots__ = ("indptr", "indices", "weights", "valid", "inhibitory", "_n", "_pool",
+                 "_lock", "_extra_arrays", "__weakref__")
+
+    def __init__(self, indptr: Any, indices: Any, weights: Any, *, valid: Any = None,
+                 inhibitory: Any = None, _trusted: bool = False) -> None:
+        if _trusted:
+            self.indptr, self.indices, self.weights = indptr, indices, weights
+            self.valid, self.inhibitory = valid, inhibitory
+        else:
+            self._validate(indptr, indices, weights, valid, inhibitory)
+        self._n = len(self.indptr) - 1
+        self._pool: list[Any] = []
+        self._lock = threading.Lock()
+        self._extra_arrays = (self.indptr, self.indices, self.weights, self.valid,
+                              self.inhibitory)
+
+    def _validate(self, indptr, indices, weights, valid, inhibitory) -> None:
+        ip = _int_array("indptr", indptr)
+        ix = _int_array("indices", indices)
+        if len(ip) < 1:
+            raise ValueError("indptr must have at least one entry (N+1 entries for N nodes)")
+        n = len(ip) - 1
+        if n > _INT32_MAX:
+            raise ValueError(f"too many nodes for int32 indices: {n}")
+        e = len(ix)
+        if ip.dtype.kind == "u" and ip.size and ip.max() > np.iinfo(np.int64).max:
+            raise ValueError("indptr values exceed int64")
+        ip64 = np.ascontiguousarray(ip, dtype=np.int64)
+        if ip64[0] != 0:
+            raise ValueError(f"indptr[0] must be 0, got {ip64[0]}")
+        if ip64[-1] != e:
+            raise ValueError(
+                f"indptr[-1] must equal len(indices) = {e}, got {ip64[-1]} "
+                f"(indptr has the wrong length or values)"
+            )
+        if n > 0 and (np.diff(ip64) < 0).any():
+            raise ValueError("indptr must be non-decreasing (monotone)")
+        if e:
+            lo_i, hi_i = ix.min(), ix.max()
+            if lo_i < 0 or hi_i >= n:
+                bad = lo_i if lo_i < 0 else hi_i
+                raise ValueError(f"indices out of range: found {int(bad)}, must be in [0, {n})")
+        ix32 = np.ascontiguousarray(ix, dtype=np.int32)
+        w = _weight_array("weights", weights, e)
+        self.indptr, self.indices, self.weights = ip64, ix32, w
+        self.valid = _flag_array("valid", valid, e)
+        self.inhibitory = _flag_array("inhibitory", inhibitory, e)
+
+    # -- construction ---------------------------------------------------------------------
+    @classmethod
+    def from_coo(cls, n_nodes: int, src: Any, dst: Any, weights: Any, *, valid: Any = None,
+                 inhibitory: Any = None) -> "CSR":
+        """CSR from edge lists, ordered by (src, original position) (a counting sort)."""
+        return _coo_to_csr(n_nodes, src, dst, weights, valid=valid, inhibitory=inhibitory)[0]
+
+    # -- sizes ----------------------------------------------------------------------------
+    @property
+    def n_nodes(self) -> int:
+        return self._n
+
+    @property
+    def n_edges(self) -> int:
+        return len(self.indices)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the graph arrays (not the per-query workspaces)."""
+        return sum(a.nbytes for a in (self.indptr, self.indices, self.weights, self.valid,
+                                      self.inhibitory) if a is not None)
+
+    def __repr__(self) -> str:
+        return f"CSR(n_nodes={self.n_nodes}, n_edges={self.n_edges})"
+
+    # -- queries --------------------------------------------------------------------------
+    def spread(self, seed_nodes: Any, seed_energy: Any, *, extra: "CSR | None" = None,
+               **params: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Spreading activation from the seeds (SPEC §3).
+
+        ``extra`` is an optional overlay ``CSR`` (it may have more nodes than this one) whose
+        edges are traversed exactly as if they were part of this graph.  The node space of the
+        call is ``max(self.n_nodes, extra.n_nodes)``.  Returns ``(nodes int32, energy float32)``
+        sorted by |energy| descending, ties by lower node index.
+        """
+        p = _check_params(params) if params else DEFAULT_PARAMS
+        if extra is not None and not isinstance(extra, CSR):
+            raise TypeError(f"extra must be a CSR or None, got {type(extra).__name__}")
+        n = self._n if extra is None else max(self._n, extra._n)
+        nodes, energy = _check_seeds(seed_nodes, seed_energy, n)
+        if len(nodes) == 0 or n == 0:
+            return _EMPTY_I32.copy(), _EMPTY_F32.copy()
+        ws = self._acquire(n)
+        try:
+            return _kernels.spread(
+                self.indptr, self.indices, self.weights, nodes, energy,
+                valid=self.valid, inhibitory=self.inhibitory,
+                extra=None if extra is None else extra._extra_arrays,
+                workspace=ws, **p,
+            )
+        finally:
+            self._release(ws)
+
+    def _acquire(self, n: int) -> Any:
+        with self._lock:
+            ws = self._pool.pop() if self._pool else None
+        if ws is None:
+            ws = _kernels.SpreadWorkspace(n)
+        else:
+            ws.ensure(n)
+        return ws
+
+    def _release(self, ws: Any) -> None:
+        with self._lock:
+            self._pool.append(ws)
+
+    def spread_with_stats(self, seed_nodes: Any, seed_energy: Any, *, extra: "CSR | None" = None,
+                          **params: Any) -> tuple[np.ndarray, np.ndarray, int]:
+        """Like :meth:`spread`, also returning the number of edges scanned (benchmarks)."""
+        p = _check_params(params) if params else DEFAULT_PARAMS
+        n = self._n if extra is None else max(self._n, extra._n)
+        nodes, energy = _check_seeds(seed_nodes, seed_energy, n)
+        if len(nodes) == 0 or n == 0:
+            return _EMPTY_I32.copy(), _EMPTY_F32.copy(), 0
+        ws = self._acquire(n)
+        try:
+            out = _kernels.spread(
+                self.indptr, self.indices, self.weights, nodes, energy,
+                valid=self.valid, inhibitory=self.inhibitory,
+                extra=None if extra is None else extra._extra_arrays,
+                workspace=ws, **p,
+            )
+            return out[0], out[1], int(ws.edges_scanned)
+        finally:
+            self._release(ws)
+
+
+def _check_seeds(seed_nodes: Any, seed_energy: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    nodes = _as_1d("seed_nodes", seed_nodes)
+    energy = _as_1d("seed_energy", seed_energy)
+    if len(nodes) != len(energy):
+        raise ValueError(
+            f"seed_nodes and seed_energy must have the same length, got {len(nodes)} and "
+            f"{len(energy)}"
+        )
+    if len(nodes) == 0:
+        return _EMPTY_I32, _EMPTY_F32
+    if nodes.dtype.kind not in "iu":
+        raise ValueError(f"seed_nodes must be integers, got dtype {nodes.dtype}")
+    lo_s, hi_s = nodes.min(), nodes.max()
+    if lo_s < 0 or hi_s >= n:
+        bad = lo_s if lo_s < 0 else hi_s
+        raise ValueError(f"seed_nodes out of range: found {int(bad)}, graph has {n} nodes")
+    if energy.dtype.kind == "f" and not np.isfinite(energy).all():
+        raise ValueError("seed_energy must be finite")
+    if energy.dtype != np.float32:
+        # beyond-float32 magnitudes saturate (they are clamped to [lo, hi] anyway)
+        energy = np.clip(energy.astype(np.float64), -_F32_MAX, _F32_MAX)
+    return (np.ascontiguousarray(nodes, dtype=np.int32),
+            np.ascontiguousarray(energy, dtype=np.float32))
+
+
+def _coo_to_csr(n_nodes: Any, src: Any, dst: Any, weights: Any, *, valid: Any = None,
+                inhibitory: Any = None) -> tuple[CSR, np.ndarray]:
+    """Validated COO -> CSR; also returns ``pos`` (CSR position of every input edge)."""
+    try:
+        n = operator.index(n_nodes)
+    except TypeError:
+        raise ValueError(f"n_nodes must be an integer, got {n_nodes!r}") from None
+    if n < 0 or n > _INT32_MAX:
+        raise ValueError(f"n_nodes must be in [0, {_INT32_MAX}], got {n}")
+    s = _int_array("src", src)
+    d = _int_array("dst", dst)
+    e = len(s)
+    if len(d) != e:
+        raise ValueError(f"src and dst must have the same length, got {e} and {len(d)}")
+    for name, arr in (("src", s), ("dst", d)):
+        if e and (arr.min() < 0 or arr.max() >= n):
+            bad = arr.min() if arr.min() < 0 else arr.max()
+            raise ValueError(f"{name} out of range: found {int(bad)}, must be in [0, {n})")
+    w = _weight_array("weights", weights, e)
+    v = _flag_array("valid", valid, e)
+    h = _flag_array("inhibitory", inhibitory, e)
+    s32 = np.ascontiguousarray(s, dtype=np.int32)
+    d32 = np.ascontiguousarray(d, dtype=np.int32)
+    indptr, indices, wts, vv, hh, pos = _kernels.coo_to_csr(n, s32, d32, w, v, h)
+    return CSR(indptr, indices, wts, valid=vv, inhibitory=hh, _trusted=True), pos
+
+
+def spread(indptr: Any, indices: Any, weights: Any, seed_nodes: Any, seed_energy: Any, *,
+           valid: Any = None, inhibitory: Any = None, extra: CSR | None = None,
+           **params: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Spreading activation over raw CSR arrays: ``CSR(...).spread(...)`` (SPEC §3).
+
+    Parameters (keyword): decay=0.7, threshold=0.1, lo=-1.0, hi=1.0, max_steps=5, reemit=True,
+    top_k=0, teleport=0.0, inhibit_multiplier=1.0.  Returns ``(nodes int32, energy float32)``
+    sorted by |energy| descending, ties by lower node index.
+    """
+    return CSR(indptr, indices, weights, valid=valid, inhibitory=inhibitory).spread(
+        seed_nodes, seed_energy, extra=extra, **params
+    )
