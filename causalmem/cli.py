@@ -1,0 +1,209 @@
+"""Command line: ``causalmem record | search | search-causal | trace | what-if | stats | sleep | demo``."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+DEVOPS_EDGES = [
+    ("deploy without tests", "production crash", "caused", 0.9),
+    ("deploy without tests", "safe release", "prevented", 0.85),
+    ("production crash", "user complaints", "caused", 0.8),
+    ("production crash", "rollback needed", "enabled", 0.7),
+    ("rollback needed", "downtime", "caused", 0.75),
+    ("add input validation", "sql injection", "prevented", 0.9),
+    ("add input validation", "security audit passed", "enabled", 0.6),
+    ("skip code review", "hidden bugs", "caused", 0.85),
+    ("hidden bugs", "production crash", "caused", 0.7),
+    ("enable caching", "faster response", "caused", 0.8),
+    ("enable caching", "timeout errors", "prevented", 0.85),
+]
+
+
+def default_db() -> str:
+    env = os.environ.get("CAUSALMEM_DB")
+    if env:
+        return env
+    try:
+        from platformdirs import user_data_dir
+
+        base = Path(user_data_dir("causalmem", appauthor=False))
+    except ImportError:  # pragma: no cover - platformdirs is a dependency
+        base = Path.home() / ".local" / "share" / "causalmem"
+    return str(base / "memory.db")
+
+
+def _open(args: argparse.Namespace):
+    from .memory import Memory
+
+    return Memory(args.db or default_db(), embedder="auto" if getattr(args, "semantic", False) else None)
+
+
+def _print_activations(title: str, acts, out) -> None:
+    print(title, file=out)
+    if not acts:
+        print("  (nothing in memory)", file=out)
+    for a in acts:
+        tag = "WARNING (prevented)" if a.energy < 0 else ""
+        sup = f"  [superseded by {a.superseded_by}]" if a.superseded_by else ""
+        print(f"  {a.energy:+.4f}  {a.text}  {tag}{sup}".rstrip(), file=out)
+
+
+def _print_report(rep, out) -> None:
+    print(f"what if: {rep.action!r} -> {rep.label}", file=out)
+    if not rep.outcomes:
+        print(f"  {rep.summary}", file=out)
+    for o in rep.outcomes:
+        chain = " -> ".join(f"{t}" for t in o.chain_texts)
+        rels = ",".join(o.relations)
+        print(f"  {o.energy:+.4f}  {o.text}  [{o.polarity or 'no polarity'}]  chain: {chain} "
+              f"({rels}; confidence {o.chain_confidence:.3f})", file=out)
+
+
+def cmd_record(args, out) -> int:
+    with _open(args) as mem:
+        e = mem.record_decision(args.decision, args.outcome, relation=args.relation, source=args.source,
+                                confidence=args.confidence, polarity=args.polarity, task_tag=args.task_tag,
+                                user_id=args.user_id)
+        print(f"recorded edge {e.id}: {args.decision!r} -{e.relation}({e.confidence:.2f})-> {args.outcome!r}"
+              f" polarity={e.polarity}", file=out)
+    return 0
+
+
+def cmd_search_causal(args, out) -> int:
+    with _open(args) as mem:
+        _print_activations(f"what follows from {args.query!r}:",
+                           mem.search_causal(args.query, limit=args.limit, user_id=args.user_id), out)
+    return 0
+
+
+def cmd_trace(args, out) -> int:
+    with _open(args) as mem:
+        _print_activations(f"what caused {args.outcome!r}:",
+                           mem.trace_cause(args.outcome, limit=args.limit, user_id=args.user_id), out)
+    return 0
+
+
+def cmd_what_if(args, out) -> int:
+    with _open(args) as mem:
+        _print_report(mem.intervention_query(args.action, max_depth=args.max_depth, limit=args.limit,
+                                             user_id=args.user_id), out)
+    return 0
+
+
+def cmd_search(args, out) -> int:
+    with _open(args) as mem:
+        hits = mem.search(args.query, top_k=args.limit, user_id=args.user_id)
+        if not hits:
+            print("(no match)", file=out)
+        for h in hits:
+            sup = f"  [superseded by {h.superseded_by}]" if h.superseded_by else ""
+            print(f"  {h.score:.4f}  [{h.kind}] {h.text}{sup}", file=out)
+    return 0
+
+
+def cmd_stats(args, out) -> int:
+    with _open(args) as mem:
+        for k, v in mem.stats().items():
+            print(f"{k:16} {v}", file=out)
+    return 0
+
+
+def cmd_sleep(args, out) -> int:
+    from .consolidation import format_report
+
+    with _open(args) as mem:
+        report = mem.sleep(dry_run=args.dry_run, progress=True)
+        print(format_report(report), file=out)
+    return 0
+
+
+def cmd_demo(args, out) -> int:
+    from .memory import Memory
+
+    with tempfile.TemporaryDirectory(prefix="causalmem-demo-") as tmp:
+        db = Path(tmp) / "demo.db"
+        with Memory(db, embedder=None) as mem:
+            mem.record_many([{"decision": d, "outcome": o, "relation": r, "confidence": c} for d, o, r, c in
+                             DEVOPS_EDGES])
+            print(f"DevOps demo: {len(DEVOPS_EDGES)} causal edges recorded in {db.name}\n", file=out)
+            _print_activations("forward  - what follows from 'deploy without tests'?",
+                               mem.search_causal("deploy without tests"), out)
+            print(file=out)
+            _print_activations("reverse  - what caused 'production crash'?", mem.trace_cause("production crash"), out)
+            print(file=out)
+            _print_report(mem.intervention_query("deploy without tests"), out)
+            print(file=out)
+            _print_report(mem.intervention_query("enable caching"), out)
+            print(file=out)
+            _print_report(mem.intervention_query("rewrite everything in a weekend"), out)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="causalmem", description="Long-term causal memory for AI agents.")
+    p.add_argument("--db", help="database file (default: $CAUSALMEM_DB or the user data directory)")
+    p.add_argument("--semantic", action="store_true", help="load the sentence-transformers embedder")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("record", help="record decision -> outcome")
+    r.add_argument("decision")
+    r.add_argument("outcome")
+    r.add_argument("--relation", default="caused")
+    r.add_argument("--source", default="llm_inferred")
+    r.add_argument("--confidence", type=float)
+    r.add_argument("--polarity", choices=["positive", "negative", "mixed", "neutral"])
+    r.add_argument("--task-tag")
+    r.set_defaults(func=cmd_record)
+
+    for name, fn, arg, helptext in (
+        ("search-causal", cmd_search_causal, "query", "what follows from doing X"),
+        ("trace", cmd_trace, "outcome", "what caused Y"),
+        ("search", cmd_search, "query", "hybrid search: what do I know about Z"),
+    ):
+        s = sub.add_parser(name, help=helptext)
+        s.add_argument(arg)
+        s.add_argument("--limit", type=int, default=5 if name != "search" else 10)
+        s.set_defaults(func=fn)
+
+    w = sub.add_parser("what-if", help="intervention query: predicted outcomes with chains and a label")
+    w.add_argument("action")
+    w.add_argument("--max-depth", type=int, default=3)
+    w.add_argument("--limit", type=int, default=5)
+    w.set_defaults(func=cmd_what_if)
+
+    sub.add_parser("stats", help="counts of chunks, edges, ...").set_defaults(func=cmd_stats)
+    sl = sub.add_parser("sleep", help="run one consolidation cycle")
+    sl.add_argument("--dry-run", action="store_true")
+    sl.set_defaults(func=cmd_sleep)
+    sub.add_parser("demo", help="build the DevOps example in a temporary database and query it").set_defaults(
+        func=cmd_demo)
+    for sp in sub.choices.values():
+        # Accept --db/--semantic after the subcommand too; SUPPRESS keeps the top-level value.
+        sp.add_argument("--db", dest="db", default=argparse.SUPPRESS, help="database file")
+        sp.add_argument("--semantic", action="store_true", default=argparse.SUPPRESS,
+                        help="load the sentence-transformers embedder")
+        sp.add_argument("--user-id", dest="user_id", default=None, help="scope: the user's memories only")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    out = sys.stdout
+    from .errors import CausalMemError
+
+    try:
+        return args.func(args, out)
+    except (ValueError, TypeError, KeyError, CausalMemError) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"causalmem: error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

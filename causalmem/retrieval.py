@@ -1,0 +1,288 @@
+"""Hybrid retrieval (SPEC §4): lexical BM25 + semantic cosine + graph spreading, fused.
+
+``search(mem, query, ...)`` is what ``Memory.search`` calls. Every channel works inside the
+caller's scope mask, so no channel — not even the graph — can surface another scope's chunk.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
+
+from .types import Hit, to_timestamp
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .memory import Memory
+
+CHANNELS = ("lexical", "semantic", "graph")
+FUSIONS = ("auto", "rrf", "hybrid")
+DEFAULT_FUSION = "hybrid"
+SUPERSEDED_PENALTY = 0.5
+_DAY = 86400.0
+
+
+@dataclass
+class RetrievalParams:
+    """Knobs of the pipeline (tuned on the LoCoMo dev split only)."""
+
+    candidates: int = 50          # per-channel depth before fusion
+    graph_seeds: int = 10         # top hits of each channel that seed the spreading
+    rrf_k: int = 60
+    w_graph: float = 0.6
+    w_vec: float = 0.3
+    w_lex: float = 0.18
+    w_importance: float = 0.1
+
+
+PARAMS = RetrievalParams()
+
+
+def _check_args(query: Any, top_k: Any, channels: Any, fusion: Any, max_top_k: int) -> tuple[str, ...]:
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a string, got {type(query).__name__}")
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
+        raise TypeError(f"top_k must be an integer, got {type(top_k).__name__}")
+    if not 1 <= int(top_k) <= max_top_k:
+        raise ValueError(f"top_k must be between 1 and {max_top_k}, got {top_k}")
+    if isinstance(channels, str):
+        channels = (channels,)
+    chans = tuple(channels)
+    bad = [c for c in chans if c not in CHANNELS]
+    if bad or not chans:
+        raise ValueError(f"channels must be a non-empty subset of {CHANNELS}, got {channels!r}")
+    if fusion not in FUSIONS:
+        raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+    return chans
+
+
+def _scope(user_id, agent_id, run_id, filters: Mapping[str, Any] | None) -> dict[str, Any]:
+    scope = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id, "session_id": None}
+    if filters:
+        if not isinstance(filters, Mapping):
+            raise TypeError(f"filters must be a mapping, got {type(filters).__name__}")
+        bad = set(filters) - set(scope)
+        if bad:
+            raise ValueError(f"unknown filter keys {sorted(bad)}; allowed: {sorted(scope)}")
+        for k, v in filters.items():
+            if scope[k] is not None and v is not None and scope[k] != v:
+                raise ValueError(f"{k} given twice with different values ({scope[k]!r} and {v!r})")
+            scope[k] = scope[k] if v is None else v
+    for k, v in scope.items():
+        if v is not None and (not isinstance(v, str) or not v):
+            raise ValueError(f"{k} must be a non-empty string or None, got {v!r}")
+    return scope
+
+
+def search(mem: "Memory", query: Any, *, top_k: int = 10, user_id=None, agent_id=None, run_id=None,
+           filters: Mapping[str, Any] | None = None, since=None, until=None,
+           channels: Sequence[str] = CHANNELS, fusion: str = "auto", explain: bool = False,
+           reinforce: bool = True, params: RetrievalParams | None = None) -> list[Hit]:
+    chans = _check_args(query, top_k, channels, fusion, mem.config.max_top_k)
+    scope = _scope(user_id, agent_id, run_id, filters)
+    t_since = to_timestamp(since, name="since")
+    t_until = to_timestamp(until, name="until")
+    if t_since is not None and t_until is not None and t_since > t_until:
+        raise ValueError(f"since ({t_since}) is after until ({t_until})")
+    if not query.strip():
+        return []
+    p = params or PARAMS
+    fusion = DEFAULT_FUSION if fusion == "auto" else fusion
+    top_k = int(top_k)
+    depth = max(p.candidates, 2 * top_k)
+    qvec = None
+    if "semantic" in chans and mem.embedder is not None:
+        qvec = mem._encode([query])  # outside the lock: encoding is the slow part
+    with mem._lock:
+        table, lexical = mem._tables()
+        mask = table.scope_mask(**scope, since=t_since, until=t_until)
+        # -- channels -------------------------------------------------------------
+        lex_ids = np.empty(0, np.int64)
+        lex_sc = np.empty(0, np.float32)
+        if "lexical" in chans:
+            lex_ids, lex_sc = lexical.search(query, top_k=depth, allowed=mask)
+        vec_ids = np.empty(0, np.int64)
+        vec_sc = np.empty(0, np.float32)
+        if qvec is not None:
+            vindex = mem._vector_index()
+            if vindex is not None and len(vindex):
+                vec_ids, vec_sc = vindex.search(qvec[0], top_k=depth, allowed=mask)
+        lex_max = float(lex_sc[0]) if len(lex_sc) else 1.0
+        lex_norm = {int(i): float(s) / lex_max for i, s in zip(lex_ids, lex_sc)}
+        lex_rank = {int(i): r for r, i in enumerate(lex_ids)}
+        cos = {int(i): float(s) for i, s in zip(vec_ids, vec_sc)}
+        vec_rank = {int(i): r for r, i in enumerate(vec_ids)}
+        act: dict[int, float] = {}
+        seeds: dict[int, float] = {}
+        if "graph" in chans and (lex_norm or cos):
+            for ids, sig in ((lex_ids[: p.graph_seeds], lex_norm), (vec_ids[: p.graph_seeds], cos)):
+                for i in ids:
+                    i = int(i)
+                    seeds[i] = max(seeds.get(i, 0.0), sig[i])
+            act = _graph_channel(mem, table, seeds, mask)
+        # -- fusion ---------------------------------------------------------------
+        cand = set(lex_norm) | set(cos) | set(act)
+        if not cand:
+            return []
+        nids = np.fromiter(cand, dtype=np.int64, count=len(cand))
+        if fusion == "rrf":
+            scores = _rrf(nids, lex_rank, vec_rank, act, p.rrf_k)
+        else:
+            if qvec is not None:
+                missing = [int(n) for n in nids if int(n) not in cos]
+                if missing and mem._vectors is not None:
+                    cos.update(mem._vectors.cosine(qvec[0], np.asarray(missing, dtype=np.int64)))
+            scores = _hybrid(nids, lex_norm if "lexical" in chans else None, cos if qvec is not None else None,
+                             act if "graph" in chans else None, table, mem.now(), p)
+        order = np.lexsort((nids, -scores))
+        pre = nids[order[: top_k * 3]]
+        sup = mem._store.superseded_chunks(pre.tolist())
+        if sup:
+            pos = {int(n): k for k, n in enumerate(nids)}
+            for n in sup:
+                scores[pos[n]] *= SUPERSEDED_PENALTY
+            order = np.lexsort((nids, -scores))
+        chosen = [int(n) for n in nids[order[:top_k]]]
+        chosen_scores = {int(n): float(s) for n, s in zip(nids[order[:top_k]], scores[order[:top_k]])}
+        rows = mem._store.chunk_rows_by_nid(chosen)
+        paths = _paths(mem, chosen, seeds, act) if explain else {}
+        hits = []
+        for n in chosen:
+            row = rows.get(n)
+            if row is None or row[15] is not None:
+                continue
+            signals = None
+            if explain:
+                signals = {
+                    "fusion": fusion,
+                    "lexical_rank": lex_rank.get(n), "lexical_score": None if n not in lex_rank else
+                    float(lex_sc[lex_rank[n]]),
+                    "cosine_rank": vec_rank.get(n), "cosine": cos.get(n),
+                    "activation": act.get(n), "seed_energy": seeds.get(n),
+                    "q_value": row[4], "importance": row[5],
+                    "path": paths.get(n, []),
+                    "superseded_by": sup.get(n),
+                }
+            hits.append(Hit(id=row[1], text=row[2], score=chosen_scores[n], kind=row[3], created_at=row[6],
+                            event_time=row[7], user_id=row[8], agent_id=row[9], run_id=row[10],
+                            session_id=row[11], superseded_by=sup.get(n), signals=signals))
+        if reinforce and hits:
+            _reinforce(mem, [n for n in chosen if n in rows])
+        return hits
+
+
+def _graph_channel(mem: "Memory", table, seeds: dict[int, float], mask: np.ndarray) -> dict[int, float]:
+    """PEDSA spreading (with teleport) both ways from the seeds; activation by absolute max."""
+    idx = np.fromiter(seeds, dtype=np.int64, count=len(seeds))
+    energy = np.fromiter(seeds.values(), dtype=np.float32, count=len(seeds))
+    energy = energy * (0.5 + 0.5 * table.q[idx])
+    params = mem.config.pedsa.as_kwargs()
+    out: dict[int, float] = {}
+    for reverse in (False, True):
+        nodes, en = mem._projection.spread(idx, energy.astype(np.float32), reverse=reverse, params=params)
+        for n, e in zip(nodes.tolist(), en.tolist()):
+            if n < len(mask) and mask[n] and abs(e) > abs(out.get(n, 0.0)):
+                out[n] = e
+    return out
+
+
+def _rrf(nids: np.ndarray, lex_rank: dict, vec_rank: dict, act: dict, k: int) -> np.ndarray:
+    graph_rank = {n: r for r, n in enumerate(sorted((n for n in act if act[n] > 0), key=lambda n: (-act[n], n)))}
+    scores = np.zeros(len(nids), dtype=np.float64)
+    for j, n in enumerate(nids.tolist()):
+        s = 0.0
+        for ranks in (lex_rank, vec_rank, graph_rank):
+            r = ranks.get(n)
+            if r is not None:
+                s += 1.0 / (k + r + 1)
+        scores[j] = s
+    return scores
+
+
+def time_decay(days: float) -> float:
+    """ST-BME recency factor: 1 for new memories, approaching 0.8 for old ones (30 d → 0.8451)."""
+    d = max(0.0, float(days))
+    return 0.8 + 0.2 / (1.0 + math.log1p(d))
+
+
+def hybrid_score(graph: float, vec: float, lex: float | None, importance: float, days: float,
+                 p: RetrievalParams = PARAMS) -> float:
+    """The ST-BME hybrid score of SPEC §4 for one candidate (lex None = lexical channel off)."""
+    clamp = lambda x: min(1.0, max(0.0, x))  # noqa: E731
+    num = p.w_graph * clamp(graph / 2.0) + p.w_vec * clamp(vec) + p.w_importance * clamp(importance / 10.0)
+    den = p.w_graph + p.w_vec + p.w_importance
+    if lex is not None:
+        num += p.w_lex * clamp(lex)
+        den += p.w_lex
+    return num / den * time_decay(days)
+
+
+def _hybrid(nids: np.ndarray, lex: dict | None, cos: dict | None, act: dict | None, table, now: float,
+            p: RetrievalParams) -> np.ndarray:
+    n = len(nids)
+    g = np.array([act.get(i, 0.0) for i in nids.tolist()], dtype=np.float64) if act is not None else np.zeros(n)
+    v = np.array([cos.get(i, 0.0) for i in nids.tolist()], dtype=np.float64) if cos is not None else np.zeros(n)
+    imp = table.importance[nids].astype(np.float64)
+    days = np.maximum(0.0, (now - table.created_at[nids]) / _DAY)
+    num = p.w_graph * np.clip(g / 2.0, 0, 1) + p.w_vec * np.clip(v, 0, 1) + p.w_importance * np.clip(imp / 10, 0, 1)
+    den = p.w_graph + p.w_vec + p.w_importance
+    if lex is not None:
+        lx = np.array([lex.get(i, 0.0) for i in nids.tolist()], dtype=np.float64)
+        num += p.w_lex * np.clip(lx, 0, 1)
+        den += p.w_lex
+    decay = 0.8 + 0.2 / (1.0 + np.log1p(days))
+    return num / den * decay
+
+
+def _paths(mem: "Memory", chosen: list[int], seeds: dict[int, float], act: dict[int, float]) -> dict[int, list]:
+    """For hits the graph brought in: the edge from a seed (or a one-hop chain) that reached them."""
+    out: dict[int, list] = {}
+    if not seeds:
+        return out
+    targets = [n for n in chosen if n in act and n not in seeds]
+    if not targets:
+        return out
+    tq = ",".join("?" * len(targets))
+    sq = ",".join("?" * len(seeds))
+    rows = mem._store.query(
+        f"SELECT e.src, e.dst, e.relation, e.confidence, e.id, s.id, d.id FROM edges e "
+        f"JOIN chunks s ON s.nid = e.src JOIN chunks d ON d.nid = e.dst WHERE e.valid_to IS NULL AND "
+        f"((e.src IN ({sq}) AND e.dst IN ({tq})) OR (e.dst IN ({sq}) AND e.src IN ({tq})))",
+        list(seeds) + targets + list(seeds) + targets)
+    for src, dst, rel, conf, eid, sid, did in rows:
+        target = dst if dst in targets and src in seeds else src
+        out.setdefault(target, []).append(
+            {"edge": eid, "from": sid, "to": did, "relation": rel, "confidence": conf})
+    co = mem._store.query(
+        f"SELECT a, b, weight FROM cooccurrence WHERE (a IN ({sq}) AND b IN ({tq})) OR (b IN ({sq}) AND a IN ({tq}))",
+        list(seeds) + targets + list(seeds) + targets)
+    for a, b, w in co:
+        target = b if b in targets and a in seeds else a
+        other = a if target == b else b
+        out.setdefault(target, []).append({"edge": None, "from_nid": other, "relation": "co_occurrence",
+                                           "weight": w})
+    return out
+
+
+def _reinforce(mem: "Memory", nids: list[int]) -> None:
+    """Access reinforcement + Hebbian credit for what one search returned (one transaction)."""
+    from . import learning
+
+    now = mem.now()
+    with mem._write() as fx:
+        mem._store.touch_chunks(nids, now)
+        pairs = learning.hebbian_credit(mem._store, nids, now, mem.config)
+
+        def apply() -> None:
+            table = mem._chunks
+            if table is not None:
+                idx = np.asarray([n for n in nids if n < table.n], dtype=np.int64)
+                table.importance[idx] = np.minimum(10.0, table.importance[idx] + 0.1)
+            for a, b, w, is_new in pairs:
+                if is_new:
+                    mem._projection.cooccurrence_added(a, b, w)
+            if any(not p[3] for p in pairs):
+                mem._projection.soft_change()
+
+        fx.append(apply)
