@@ -82,7 +82,6 @@ _CJK_CLASS = (
 # inside Latin-1 are excluded.
 _WORD_CLASS = "0-9a-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u0370-\u03ff\u0400-\u04ff\u1e00-\u1eff"
 _ASCII_WORD_RE = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
-_ASCII_BATCH_RE = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*|\x01")
 _MIXED_RE = re.compile(
     rf"(?P<w>[{_WORD_CLASS}]+(?:'[{_WORD_CLASS}]+)*)|(?P<c>[{_CJK_CLASS}]+)"
 )
@@ -249,6 +248,39 @@ def _check_doc_id(doc_id: int) -> int:
     return doc_id
 
 
+_SEP = " \x01 "
+# bytes.translate table: lowercase ASCII letters, keep digits, apostrophe and the \x01 doc
+# separator, everything else becomes a space.
+_ASCII_TABLE = bytes(
+    c + 32 if 65 <= c <= 90 else c if (97 <= c <= 122 or 48 <= c <= 57 or c in (39, 1)) else 32
+    for c in range(256)
+)
+
+
+class _Surface(dict):
+    """ASCII run (bytes) -> term id; -1 no term, -2 doc separator, -3 several words."""
+
+    def __init__(self, index: "BM25Index") -> None:
+        super().__init__()
+        self._index = index
+        self[b"\x01"] = -2
+
+    def __missing__(self, run: bytes) -> int:
+        term_of = self._index.tokenizer.term_of
+        words = _ASCII_WORD_RE.findall(run.decode("ascii")) if b"'" in run else [run.decode("ascii")]
+        terms = [t for t in map(term_of, words) if t is not None]
+        if not terms:
+            tid = -1
+        elif len(terms) > 1:
+            tid = -3
+        else:
+            tid = self._index._term_id.get(terms[0])
+            if tid is None:
+                tid = self._index._new_term(terms[0])
+        self[run] = tid
+        return tid
+
+
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
 _EMPTY_SCORES = np.zeros(0, dtype=np.float32)
 
@@ -269,7 +301,7 @@ class BM25Index:
         self.b = float(b)
         # vocabulary: term -> id, and surface word -> id (-1 = dropped) for the batch path
         self._term_id: dict[str, int] = {}
-        self._surface: dict[str, int] = {}
+        self._surface: _Surface | None = None  # ASCII word run (bytes) -> term id, batch path
         self._df = np.zeros(0, dtype=np.int64)  # live document frequency per term
         # slots
         self._n_slots = 0
@@ -291,6 +323,9 @@ class BM25Index:
         self._n_live = 0
         self._total_len = 0
         self._n_dead = 0
+        self._norm_key: tuple[int, int, int] | None = None
+        self._norm = np.zeros(0, dtype=np.float64)
+        self._buf = np.zeros(0, dtype=np.float64)  # score accumulator, all zeros between calls
 
     # ------------------------------------------------------------------ introspection
 
@@ -374,8 +409,9 @@ class BM25Index:
     def add_many(self, pairs: Iterable[tuple[int, str | None]]) -> None:
         """Index many ``(doc_id, text)`` pairs; a later pair for the same id wins.
 
-        Large batches are tokenized in bulk (one regex pass over the joined ASCII texts)
-        and laid out with a single sort, which is what opening a big store needs.
+        Large batches are tokenized in bulk (one byte-translate + split over the joined
+        ASCII texts, one dictionary pass over the words) and laid out with integer sorts,
+        which is what opening a big store needs.
         """
         items = pairs if isinstance(pairs, list) else list(pairs)
         if not items:
@@ -384,27 +420,34 @@ class BM25Index:
             for doc_id, text in items:
                 self.add(doc_id, text)
             return
-        ids = np.fromiter((_check_doc_id(d) for d, _ in items), dtype=np.int64, count=len(items))
+        id_list = [d for d, _ in items]
+        ids = np.asarray(id_list)
+        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            for d in id_list:  # names the offending id
+                _check_doc_id(d)
+            raise TypeError("doc ids must be ints")
+        ids = ids.astype(np.int64, copy=False)
+        if ids.shape[0] and (ids.min() < 0 or ids.max() >= 1 << 40):
+            bad = int(ids[(ids < 0) | (ids >= 1 << 40)][0])
+            raise ValueError(f"doc_id must be in [0, 2**40), got {bad}")
         texts = [t for _, t in items]
-        for t in texts:
-            if t is not None and not isinstance(t, str):
-                raise TypeError(f"text must be a str or None, got {type(t).__name__}")
         uniq, first_rev = np.unique(ids[::-1], return_index=True)
         if uniq.shape[0] != ids.shape[0]:  # duplicates: keep the last occurrence
             keep = np.sort(ids.shape[0] - 1 - first_rev)
             ids = ids[keep]
-            texts = [texts[i] for i in keep]
+            texts = [texts[i] for i in keep.tolist()]
         present = ids[ids < self._doc_slot.shape[0]]
         if present.size:
-            for d in present[self._doc_slot[present] >= 0]:
-                self.remove(int(d))
+            for d in present[self._doc_slot[present] >= 0].tolist():
+                self.remove(d)
         doc_idx, terms, tfs, lengths = self._bulk_tokenize(texts)
         n = ids.shape[0]
         nterms = np.bincount(doc_idx, minlength=n).astype(np.int64)
         slot0 = self._n_slots
         self._new_slots(ids, lengths, nterms)
         self._append_forward(terms, tfs)
-        self._df += np.bincount(terms, minlength=self._df.shape[0])[: self._df.shape[0]]
+        if terms.shape[0]:
+            self._df[: len(self._term_id)] += np.bincount(terms, minlength=len(self._term_id))
         # a big batch relative to what is indexed: lay everything out again in one sort
         if terms.shape[0] * 4 >= self._fwd_n or terms.shape[0] > 200_000:
             self._rebuild()
@@ -413,12 +456,13 @@ class BM25Index:
             order = np.argsort(terms, kind="stable")
             t_sorted = terms[order]
             bounds = np.flatnonzero(np.diff(t_sorted)) + 1
-            starts = np.concatenate(([0], bounds))
-            ends = np.concatenate((bounds, [t_sorted.shape[0]]))
+            starts = np.concatenate(([0], bounds)).tolist()
+            ends = np.concatenate((bounds, [t_sorted.shape[0]])).tolist()
             s_sorted = slots[order]
             f_sorted = tfs[order]
-            for a, z in zip(starts.tolist(), ends.tolist()):
-                self._append_postings(int(t_sorted[a]), s_sorted[a:z], f_sorted[a:z])
+            for a, z in zip(starts, ends):
+                if z > a:
+                    self._append_postings(int(t_sorted[a]), s_sorted[a:z], f_sorted[a:z])
             self._maybe_compact()
 
     # ------------------------------------------------------------------ internals: writes
@@ -543,58 +587,77 @@ class BM25Index:
         self._fwd_term = fwd_term
         self._fwd_tf = fwd_tf
         self._fwd_n = total
-        # term-major postings
-        slot_col = np.repeat(np.arange(new_n, dtype=np.int32), nterms)
-        order = np.argsort(fwd_term, kind="stable")
-        self._base_slot = slot_col[order]
-        self._base_tf = fwd_tf[order]
-        counts = np.bincount(fwd_term, minlength=len(self._term_id))
-        ptr = np.zeros(len(self._term_id) + 1, dtype=np.int64)
+        # term-major postings, slots ascending within a term
+        n_terms = len(self._term_id)
+        max_tf = int(fwd_tf.max()) + 1 if total else 1
+        if n_terms * max(new_n, 1) * max_tf < (1 << 62):
+            # pack (term, slot, tf) into one int64 and use numpy's fast integer sort
+            key = fwd_term.astype(np.int64)
+            key *= new_n
+            key += np.repeat(np.arange(new_n, dtype=np.int64), nterms)
+            key *= max_tf
+            key += fwd_tf
+            key.sort()
+            self._base_tf = (key % max_tf).astype(np.int32)
+            key //= max_tf
+            self._base_slot = (key % max(new_n, 1)).astype(np.int32)
+            del key
+        else:
+            slot_col = np.repeat(np.arange(new_n, dtype=np.int32), nterms)
+            order = np.argsort(fwd_term, kind="stable")
+            self._base_slot = slot_col[order]
+            self._base_tf = fwd_tf[order]
+        counts = np.bincount(fwd_term, minlength=n_terms)
+        ptr = np.zeros(n_terms + 1, dtype=np.int64)
         np.cumsum(counts, out=ptr[1:])
         self._base_ptr = ptr
         self._dyn = {}
+        self._norm_key = None
 
     def _bulk_tokenize(self, texts: list[str | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Tokenize many texts -> (doc index, term id, tf) per distinct (doc, term), doc lengths."""
+        """Tokenize many texts -> (doc index, term id, tf) per distinct (doc, term), doc lengths.
+
+        Gives exactly ``self.tokenizer.tokenize`` per text: ASCII texts are lowered and cut
+        into runs of ``[a-z0-9']`` by one ``bytes.translate`` + ``split``; the regex of the
+        single-text path only ever matches inside such runs, so each distinct run is
+        resolved once (``_Surface``) to the term it yields. Runs yielding several words
+        ("a''b") and non-ASCII texts take the single-text path.
+        """
         n = len(texts)
-        fast: list[int] = []
-        slow: list[int] = []
-        for i, t in enumerate(texts):
-            if t is None or t == "":
-                continue
-            if t.isascii() and "\x01" not in t:
-                fast.append(i)
-            else:
-                slow.append(i)
+        clean = ["" if t is None else t for t in texts]
+        joined = _SEP.join(clean)
+        if joined.isascii() and joined.count("\x01") == n - 1:
+            fast = list(range(n))
+            slow: list[int] = []
+        else:
+            fast, slow = [], []
+            for i, t in enumerate(clean):
+                (fast if t.isascii() and "\x01" not in t else slow).append(i)
+            joined = _SEP.join([clean[i] for i in fast]) if fast else ""
         term_id = self._term_id
         doc_parts: list[np.ndarray] = []
         term_parts: list[np.ndarray] = []
         if fast:
-            joined = "\x01".join([texts[i] for i in fast]).lower()
-            words = _ASCII_BATCH_RE.findall(joined)
+            words = joined.encode("ascii").translate(_ASCII_TABLE).split()
+            del joined
             surface = self._surface
-            term_of = self.tokenizer.term_of
-            # unseen surface words first (few), then one C-level map over all tokens
-            for w in set(words).difference(surface.keys()):
-                if w == "\x01":
-                    surface[w] = -2
-                    continue
-                term = term_of(w)
-                if term is None:
-                    surface[w] = -1
-                else:
-                    tid = term_id.get(term)
-                    if tid is None:
-                        tid = self._new_term(term)
-                    surface[w] = tid
+            if surface is None:
+                surface = self._surface = _Surface(self)
             wid = np.fromiter(map(surface.__getitem__, words), dtype=np.int64, count=len(words))
-            is_sep = wid == -2
-            local = np.cumsum(is_sep)
+            del words
+            fast_arr = np.asarray(fast, dtype=np.int64)
+            local = np.cumsum(wid == -2)
+            complex_mask = wid == -3
+            if complex_mask.any():
+                bad_docs = np.unique(local[complex_mask])
+                slow.extend(fast_arr[bad_docs].tolist())
+                wid[np.isin(local, bad_docs)] = -1
             keep = wid >= 0
-            doc_parts.append(np.asarray(fast, dtype=np.int64)[local[keep]])
+            doc_parts.append(fast_arr[local[keep]])
             term_parts.append(wid[keep])
-        for i in slow:
-            toks = self.tokenizer.tokenize(texts[i])
+            del wid, local, keep
+        for i in sorted(slow):
+            toks = self.tokenizer.tokenize(clean[i])
             if not toks:
                 continue
             ids = []
@@ -608,14 +671,16 @@ class BM25Index:
         if not doc_parts:
             z = np.zeros(0, dtype=np.int64)
             return z, z.astype(np.int32), z.astype(np.int32), np.zeros(n, dtype=np.int64)
-        doc = np.concatenate(doc_parts)
-        term = np.concatenate(term_parts)
+        doc = np.concatenate(doc_parts) if len(doc_parts) > 1 else doc_parts[0]
+        term = np.concatenate(term_parts) if len(term_parts) > 1 else term_parts[0]
         lengths = np.bincount(doc, minlength=n).astype(np.int64)
         v = max(len(term_id), 1)
-        key = doc * v + term
+        key = doc * v
+        key += term
+        del doc, term
         key.sort()
-        bounds = np.flatnonzero(np.diff(key)) + 1
-        starts = np.concatenate(([0], bounds))
+        starts = np.flatnonzero(np.diff(key)) + 1
+        starts = np.concatenate(([0], starts))
         tf = np.diff(np.concatenate((starts, [key.shape[0]])))
         uk = key[starts]
         return uk // v, (uk % v).astype(np.int32), tf.astype(np.int32), lengths
@@ -641,57 +706,106 @@ class BM25Index:
                 counts[tid] = counts.get(tid, 0) + 1
         return counts
 
-    def _accumulate(self, query: str | Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(slots, float64 scores) of live docs matching the query, slots ascending."""
+    def _norms(self) -> np.ndarray:
+        """Per-slot ``k1·(1 − b + b·dl/avgdl)``, recomputed when N or the total length changed."""
+        key = (self._n_live, self._total_len, self._n_slots)
+        if self._norm_key != key:
+            avgdl = self._total_len / self._n_live if self._n_live else 1.0
+            coef = self.k1 * self.b / avgdl if avgdl > 0 else 0.0
+            norm = self._slot_len[: self._n_slots].astype(np.float64)
+            norm *= coef
+            norm += self.k1 * (1.0 - self.b)
+            self._norm = norm
+            self._norm_key = key
+        return self._norm
+
+    def _term_weights(self, query: str | Sequence[str]) -> list[tuple[np.ndarray, np.ndarray, float]]:
+        """(slots, tfs, idf·qtf·(k1+1)) per matched query term, in query order."""
         qterms = self._query_terms(query)
         if not qterms or self._n_live == 0:
-            return _EMPTY_IDS, np.zeros(0, dtype=np.float64)
+            return []
         n_live = self._n_live
-        avgdl = self._total_len / n_live
-        k1, b = self.k1, self.b
-        base_norm = k1 * (1.0 - b)
-        len_coef = k1 * b / avgdl if avgdl > 0 else 0.0
-        slot_parts = []
-        contrib_parts = []
+        out = []
         for tid, qtf in qterms.items():
             slots, tfs = self._postings(tid)
             if slots.shape[0] == 0:
                 continue
             df = int(self._df[tid])
             idf = math.log(1.0 + (n_live - df + 0.5) / (df + 0.5))
-            tf = tfs.astype(np.float64)
-            denom = tf + (base_norm + len_coef * self._slot_len[slots])
-            contrib = tf * (k1 + 1.0)
-            contrib /= denom
-            contrib *= idf * qtf
-            slot_parts.append(slots)
-            contrib_parts.append(contrib)
-        if not slot_parts:
+            out.append((slots, tfs, idf * qtf * (self.k1 + 1.0)))
+        return out
+
+    def _accumulate(self, query: str | Sequence[str], keep=None) -> tuple[np.ndarray, np.ndarray]:
+        """(slots ascending, float64 scores) of live docs matching ``query``.
+
+        Per term, ``buf[slots] += w·tf/(tf + norm)`` (a term's slots are distinct, so plain
+        fancy-index addition is exact); contributions are added in query-term order, so a
+        doc's score does not depend on how the index was built. ``keep(slots, scores)``
+        may return a lower bound below which callers do not need docs (top-k pruning).
+        """
+        terms = self._term_weights(query)
+        if not terms:
             return _EMPTY_IDS, np.zeros(0, dtype=np.float64)
-        if len(slot_parts) == 1:
-            slots = slot_parts[0].astype(np.int64)
-            scores = contrib_parts[0]
-            order = np.argsort(slots, kind="stable")
-            slots, scores = slots[order], scores[order]
-        else:
-            all_slots = np.concatenate(slot_parts)
-            all_contrib = np.concatenate(contrib_parts)
-            if all_slots.shape[0] * 8 < self._n_slots:
-                # few postings on a big index: sort + segment sums beat a dense buffer
-                order = np.argsort(all_slots, kind="stable")
-                s_sorted = all_slots[order]
-                bounds = np.flatnonzero(np.diff(s_sorted)) + 1
-                starts = np.concatenate(([0], bounds))
-                slots = s_sorted[starts].astype(np.int64)
-                scores = np.add.reduceat(all_contrib[order], starts)
+        n_slots = self._n_slots
+        total = sum(t[0].shape[0] for t in terms)
+        norm = self._norms()
+        if len(terms) == 1 or total * 8 < n_slots:
+            # few postings: no dense buffer, sort + segment sums
+            parts_s, parts_c = [], []
+            for slots, tfs, w in terms:
+                tf = tfs.astype(np.float64)
+                c = norm[slots]
+                c += tf
+                np.divide(tf, c, out=c)
+                c *= w
+                parts_s.append(slots)
+                parts_c.append(c)
+            if len(terms) == 1:
+                slots = parts_s[0].astype(np.int64)
+                scores = parts_c[0]
+                if slots.shape[0] > 1 and not (slots[1:] > slots[:-1]).all():
+                    order = np.argsort(slots, kind="stable")
+                    slots, scores = slots[order], scores[order]
             else:
-                acc = np.bincount(all_slots, weights=all_contrib)
-                slots = np.flatnonzero(acc)
-                scores = acc[slots]
+                all_s = np.concatenate(parts_s)
+                order = np.argsort(all_s, kind="stable")  # stable: query-term order per slot
+                s_sorted = all_s[order]
+                starts = np.concatenate(([0], np.flatnonzero(np.diff(s_sorted)) + 1))
+                slots = s_sorted[starts].astype(np.int64)
+                scores = np.add.reduceat(np.concatenate(parts_c)[order], starts)
+        else:
+            if self._buf.shape[0] < n_slots:
+                self._buf = np.zeros(max(n_slots, 2 * self._buf.shape[0]), dtype=np.float64)
+            buf = self._buf
+            for slots, tfs, w in terms:
+                tf = tfs.astype(np.float64)
+                c = norm[slots]
+                c += tf
+                np.divide(tf, c, out=c)
+                c *= w
+                buf[slots] += c
+            view = buf[:n_slots]
+            lower = keep(terms, view) if keep is not None else 0.0
+            slots = np.flatnonzero(view >= lower) if lower > 0.0 else np.flatnonzero(view)
+            scores = view[slots]
+            if total > n_slots // 2:
+                view[:] = 0.0
+            else:
+                for t_slots, _, _ in terms:
+                    buf[t_slots] = 0.0
         live = self._slot_alive[slots]
         if not live.all():
             slots, scores = slots[live], scores[live]
         return slots, scores
+
+    def _valid_mask(self, slots: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
+        ok = self._slot_alive[slots]
+        if allowed is not None:
+            docs = self._slot_doc[slots]
+            inside = docs < allowed.shape[0]
+            ok &= inside
+            ok[inside] &= allowed[docs[inside]]
+        return ok
 
     def scores(self, query: str | Sequence[str]) -> dict[int, float]:
         """BM25 score of every live doc matching ``query`` (doc id -> score)."""
@@ -720,7 +834,27 @@ class BM25Index:
                 raise ValueError("allowed must be a 1-D boolean array indexed by doc id")
         if top_k == 0:
             return _EMPTY_IDS.copy(), _EMPTY_SCORES.copy()
-        slots, scores = self._accumulate(query)
+        def lower_bound(terms, view: np.ndarray) -> float:
+            # the top_k-th best score among a sample of valid docs bounds the answer from
+            # below; sample = postings of the rarest terms (cheap, and likely high scores)
+            sample_parts = []
+            size = 0
+            for t_slots, _, _ in sorted(terms, key=lambda t: t[0].shape[0]):
+                sample_parts.append(t_slots)
+                size += t_slots.shape[0]
+                if size >= 4 * top_k:
+                    break
+            sample = np.concatenate(sample_parts) if len(sample_parts) > 1 else sample_parts[0]
+            sample = np.unique(sample) if len(sample_parts) > 1 else sample
+            sample = sample[self._valid_mask(sample, allowed)]
+            if sample.shape[0] < top_k:
+                return 0.0
+            vals = view[sample]
+            # a float64 bound just under the float32 value keeps float32 ties at the cut
+            kth = float(np.partition(vals, vals.shape[0] - top_k)[vals.shape[0] - top_k])
+            return float(np.nextafter(np.float32(kth), np.float32(0))) * (1 - 1e-6)
+
+        slots, scores = self._accumulate(query, keep=lower_bound)
         if slots.shape[0] == 0:
             return _EMPTY_IDS.copy(), _EMPTY_SCORES.copy()
         docs = self._slot_doc[slots]
