@@ -276,6 +276,19 @@ class Store(LearningStoreMixin):
                     self._depth -= 1
                     self.conn.execute(f"RELEASE {name}")
 
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """A read transaction, so several SELECTs see one consistent state of the file."""
+        self._ensure_open()
+        if self._depth > 0 or self.conn.in_transaction:
+            yield
+            return
+        self._retrying(lambda: self.conn.execute("BEGIN"))
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
+
     @property
     def in_transaction(self) -> bool:
         return self._depth > 0
@@ -513,8 +526,7 @@ class Store(LearningStoreMixin):
 
     def projection_arrays(self) -> dict[str, np.ndarray]:
         """Valid edges and co-occurrence pairs as arrays for the CSR projection."""
-        with self._lock:
-            self._ensure_open()
+        with self._lock, self._snapshot():
             max_nid = self.conn.execute("SELECT COALESCE(MAX(nid), 0) FROM chunks").fetchone()[0]
             n_edges = self.conn.execute("SELECT COUNT(*) FROM edges WHERE valid_to IS NULL").fetchone()[0]
             cur = self.conn.execute(
