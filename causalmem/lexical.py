@@ -89,12 +89,12 @@ _CLITICS = frozenset({"s", "t", "d", "ll", "m", "re", "ve"})
 
 
 def _fold_word(word: str) -> str:
-    """Resolve apostrophes: drop English clitics ("caroline's", "don't"), join the rest ("o'neill")."""
-    head, _, tail = word.partition("'")
+    """Resolve apostrophes: drop a final English clitic ("caroline's", "don't"), join the rest ("o'neill's" -> "oneill")."""
+    head, _, tail = word.rpartition("'")
     if tail in _CLITICS:
         if tail == "t" and head.endswith("n") and len(head) > 2:
-            return head[:-1]  # "didn't" -> "did", "couldn't" -> "could"
-        return head
+            head = head[:-1]  # "didn't" -> "did", "couldn't" -> "could"
+        return head.replace("'", "")
     return word.replace("'", "")
 
 
@@ -294,6 +294,9 @@ class BM25Index:
     ``N`` and ``avgdl`` are taken over live documents; a document whose text has no token
     still counts as a live document of length 0 (rank-bm25 does the same).
     """
+
+    #: dead slots are dropped once they outnumber the live ones and exceed this count
+    compact_min_dead = 1024
 
     def __init__(self, *, tokenizer: Tokenizer | None = None, k1: float = K1, b: float = B) -> None:
         self.tokenizer = tokenizer if tokenizer is not None else DEFAULT_TOKENIZER
@@ -549,7 +552,7 @@ class BM25Index:
         entry[2] = m
 
     def _maybe_compact(self) -> None:
-        if self._n_dead > 1024 and self._n_dead > self._n_live:
+        if self._n_dead > self.compact_min_dead and self._n_dead > self._n_live:
             self._rebuild()
 
     def _rebuild(self) -> None:
@@ -668,7 +671,7 @@ class BM25Index:
                 ids.append(tid)
             doc_parts.append(np.full(len(ids), i, dtype=np.int64))
             term_parts.append(np.asarray(ids, dtype=np.int64))
-        if not doc_parts:
+        if not doc_parts or sum(p.shape[0] for p in doc_parts) == 0:
             z = np.zeros(0, dtype=np.int64)
             return z, z.astype(np.int32), z.astype(np.int32), np.zeros(n, dtype=np.int64)
         doc = np.concatenate(doc_parts) if len(doc_parts) > 1 else doc_parts[0]
