@@ -267,12 +267,15 @@ def _paths(mem: "Memory", chosen: list[int], seeds: dict[int, float], act: dict[
 
 def _reinforce(mem: "Memory", nids: list[int]) -> None:
     """Access reinforcement + Hebbian credit for what one search returned (one transaction)."""
-    from . import learning
+    try:
+        from . import learning
+    except ImportError:  # learning loop not installed yet: access reinforcement only
+        learning = None
 
     now = mem.now()
     with mem._write() as fx:
         mem._store.touch_chunks(nids, now)
-        pairs = learning.hebbian_credit(mem._store, nids, now, mem.config)
+        pairs = learning.hebbian_credit(mem._store, nids, now, mem.config) if learning is not None else []
 
         def apply() -> None:
             table = mem._chunks
