@@ -1,0 +1,657 @@
+"""Sleep: one consolidation cycle over the whole store (SPEC §6).
+
+Stages (all counted in the ``SleepReport``):
+
+0    novelty gate — token diversity of the 64 newest chunks; below ``min_diversity`` the cycle is
+     skipped and nothing is written. Diversity = Shannon entropy of the token distribution
+     divided by log2(number of tokens): 1.0 when no token repeats, → 0 when the same few
+     tokens fill every chunk.
+1    reactivation — every valid edge scores ``confidence + 0.5·failure outcome + 0.3·user_feedback
+     + 0.2·contradicted + 0.2·accessed within 7 d``; score ≥ 1.0 = replay-protected.
+     *contradicted*: the decision also has an outcome of the opposite polarity, an endpoint is the
+     target of a contradicts/invalidates/supersedes meta edge, or the edge was annotated as
+     superseded. *accessed*: the edge's ``last_accessed_at``, or both endpoint chunks', within 7 d.
+1.5  Q update — Bellman with r = 1 once for each endpoint of a protected edge.
+1.7  supersession (C7) — (a) a decision with several valid caused/enabled outcomes: each older
+     edge (by discovered_at, then id) to a different outcome is judged against the newest one;
+     (b) an explicit meta edge of subtype invalidates/supersedes/contradicts (src = new belief,
+     dst = old belief) supersedes the old belief's valid caused/enabled out-edges. ``annotate``
+     sets ``superseded_by`` (still valid and retrievable, flagged); ``retire`` also sets
+     ``valid_to``. A judge failure keeps the old edge and counts in ``judge_failures``. Annotated
+     edges are never re-judged; an LLM judge's "keep" verdicts are remembered in ``meta``.
+2    generalization — duplicate valid edges (same src, dst, relation, subtype) merge into the
+     strongest (highest confidence, then lowest id); cross-task patterns: decisions in the same
+     scope whose texts have token Jaccard ≥ 0.65 and different task-tag sets get a meta
+     ``repeated`` edge (older → newer chunk).
+3    decay + GC — half-life decay since ``max(discovered_at, last sleep)`` (``learning``), access
+     boost, retirement; Hebbian pairs fade ``w·0.99^idle days`` and are dropped below 0.05.
+4    REM transfer — decisions with disjoint task-tag sets whose *patterns* (decision tokens ∪
+     outcome tokens) have Jaccard ≥ 0.65 get a meta ``similar_to`` edge, unless already linked.
+
+The whole cycle is one transaction: killed mid-way, the store is as before; ``dry_run`` runs
+everything and rolls back. A judge that is not cheap (no ``might_supersede`` pre-filter, e.g. an
+LLM) is consulted *before* the write transaction opens, so slow HTTP calls never hold the write
+lock; its verdicts are applied inside the transaction only to edges still valid and unannotated.
+Pattern mining is incremental: only decisions new since the last sleep are compared (against
+all decisions), so repeated cycles stay cheap.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import asdict
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from . import learning
+from .config import Config
+from .errors import LLMError
+from .judges import EdgeInfo, RuleJudge, Verdict
+from .lexical import tokenize
+from .store_learning import POLARITY_CODES, POLARITY_NAMES, SOURCE_CODES, SUBTYPE_CODES
+from .types import Relation, SleepReport
+
+log = logging.getLogger("causalmem")
+
+__all__ = ["sleep", "format_report", "token_diversity", "jaccard_pairs"]
+
+DAY = 86400.0
+NOVELTY_WINDOW = 64
+REPLAY_THRESHOLD = 1.0
+PATTERN_JACCARD = 0.65
+MAX_JUDGE_CALLS = 200  # per cycle for judges without a cheap pre-filter; the rest waits for the next
+PROGRESS_MIN_ROWS = 50_000
+LAST_SLEEP_KEY = "last_sleep_at"
+LAST_REPORT_KEY = "last_sleep_report"
+ACTIONS = ("annotate", "retire")
+
+_R_CAUSED = Relation.CAUSED.code
+_R_ENABLED = Relation.ENABLED.code
+_R_PREVENTED = Relation.PREVENTED.code
+_R_META = Relation.META.code
+_EXPLICIT_SUBS = np.array([SUBTYPE_CODES[s] for s in ("contradicts", "invalidates", "supersedes")], dtype=np.int8)
+_SUB_NAMES = {v: k for k, v in SUBTYPE_CODES.items()}
+_HALF_LIFE_BY_CODE = np.full(8, np.nan)
+for _name, _code in SOURCE_CODES.items():
+    _hl = learning.half_life_days(_name)
+    if _hl is not None:
+        _HALF_LIFE_BY_CODE[_code] = _hl
+_NEVER_RETIRED_BY_CODE = np.zeros(8, dtype=bool)
+for _name in learning.NEVER_RETIRED_SOURCES:
+    _NEVER_RETIRED_BY_CODE[SOURCE_CODES[_name]] = True
+
+
+class _Rollback(Exception):
+    """Raised inside the sleep transaction to undo a dry run."""
+
+
+class _Progress:
+    """A few-line progress bar on stderr (only when asked and the store is large)."""
+
+    STAGES = ("judge", "load", "reactivation", "q_update", "supersession", "generalization", "decay",
+              "hebbian", "rem", "commit")
+
+    def __init__(self, enabled: bool, stream=None) -> None:
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def stage(self, name: str) -> None:
+        if not self.enabled:
+            return
+        i = self.STAGES.index(name) + 1 if name in self.STAGES else 0
+        n = len(self.STAGES)
+        bar = "#" * i + "." * (n - i)
+        line = f"sleep [{bar}] {i}/{n} {name}"
+        if self.tty:
+            self.stream.write("\r" + line.ljust(60))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self.enabled and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+class _Timer:
+    def __init__(self, progress: _Progress) -> None:
+        self.elapsed: dict[str, float] = {}
+        self.progress = progress
+        self._t = time.perf_counter()
+        self._t0 = self._t
+
+    def start(self, name: str) -> None:
+        self.progress.stage(name)
+        self._name = name
+        self._t = time.perf_counter()
+
+    def stop(self) -> None:
+        self.elapsed[self._name] = self.elapsed.get(self._name, 0.0) + time.perf_counter() - self._t
+
+    def total(self) -> None:
+        self.elapsed["total"] = time.perf_counter() - self._t0
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def token_diversity(texts: Sequence[str]) -> float:
+    """Normalised token entropy in [0, 1]: H(tokens) / log2(#tokens); 0 with fewer than 2 tokens."""
+    counts: Counter[str] = Counter()
+    for t in texts:
+        counts.update(tokenize(t))
+    n = sum(counts.values())
+    if n < 2:
+        return 0.0
+    p = np.fromiter(counts.values(), dtype=np.float64, count=len(counts)) / n
+    h = float(-(p * np.log2(p)).sum())
+    return max(0.0, min(1.0, h / math.log2(n)))
+
+
+def jaccard_pairs(docs: Sequence[frozenset], probe: Sequence[bool], threshold: float,
+                  accept: Callable[[int, int], bool] | None = None) -> list[tuple[int, int, float]]:
+    """All pairs (i, j, J) with token Jaccard J ≥ ``threshold`` where at least one side is a probe.
+
+    Prefix filtering (AllPairs): tokens ordered rare-first; two sets with Jaccard ≥ t share a
+    token among the first ``|x| − ⌈t·|x|⌉ + 1`` of each. Non-probe documents are only indexed,
+    so old×old pairs (compared in an earlier cycle) are not compared again.
+    """
+    if not docs:
+        return []
+    df: Counter[str] = Counter()
+    for d in docs:
+        df.update(d)
+    rank = {tok: r for r, (tok, _) in enumerate(sorted(df.items(), key=lambda kv: (kv[1], kv[0])))}
+    ordered = [sorted((rank[t] for t in d)) for d in docs]
+    index: dict[int, list[int]] = defaultdict(list)
+
+    def prefix(toks: list[int]) -> list[int]:
+        n = len(toks)
+        return toks[: n - math.ceil(threshold * n - 1e-9) + 1] if n else []
+
+    order = sorted(range(len(docs)), key=lambda i: (bool(probe[i]), i))  # index every old doc first
+    out: list[tuple[int, int, float]] = []
+    for i in order:
+        toks = ordered[i]
+        if not toks:
+            continue
+        pre = prefix(toks)
+        if probe[i]:
+            n_i = len(toks)
+            seen: set[int] = set()
+            for t in pre:
+                for j in index.get(t, ()):
+                    if j in seen:
+                        continue
+                    seen.add(j)
+                    n_j = len(ordered[j])
+                    if n_j < threshold * n_i - 1e-9 or n_i < threshold * n_j - 1e-9:
+                        continue
+                    inter = len(docs[i] & docs[j])
+                    jac = inter / (n_i + n_j - inter)
+                    if jac + 1e-12 >= threshold and (accept is None or accept(j, i)):
+                        out.append((min(i, j), max(i, j), jac))
+        for t in pre:
+            index[t].append(i)
+    return out
+
+
+def _valid_action(action: Any) -> str:
+    if action not in ACTIONS:
+        raise ValueError(f"action must be one of {ACTIONS}, got {action!r}")
+    return action
+
+
+# ------------------------------------------------------------------------------ supersession
+
+
+def _supersession_pairs(edges: np.ndarray, alive: np.ndarray, prefilter: Callable | None) -> np.ndarray:
+    """(old_row, new_row) index pairs into ``edges`` for stage 1.7 (a)."""
+    exc = np.flatnonzero(((edges["rel"] == _R_CAUSED) | (edges["rel"] == _R_ENABLED))
+                         & alive[edges["src"]] & alive[edges["dst"]])
+    if len(exc) < 2:
+        return np.empty((0, 2), dtype=np.int64)
+    sub = edges[exc]
+    order = np.lexsort((sub["eid"], sub["disc"], sub["src"]))
+    s = exc[order]
+    src = edges["src"][s]
+    last_of_group = np.ones(len(s), dtype=bool)
+    last_of_group[:-1] = src[1:] != src[:-1]
+    group_id = np.cumsum(np.r_[True, src[1:] != src[:-1]]) - 1
+    newest = s[np.flatnonzero(last_of_group)][group_id]
+    cand = (s != newest) & (edges["dst"][s] != edges["dst"][newest]) & (edges["sup"][s] == 0)
+    old, new = s[cand], newest[cand]
+    if prefilter is not None and len(old):
+        table = np.zeros((8, 8), dtype=bool)
+        for a in range(5):
+            for b in range(5):
+                table[a, b] = bool(prefilter(POLARITY_NAMES[a], POLARITY_NAMES[b]))
+        keep = table[edges["pol"][old], edges["pol"][new]]
+        old, new = old[keep], new[keep]
+    return np.stack([old, new], axis=1) if len(old) else np.empty((0, 2), dtype=np.int64)
+
+
+def _edge_info(row: tuple, decision: str, outcome: str) -> EdgeInfo:
+    eid_str, relation, conf, source, pol, tag, disc, subtype, _src, _dst = row
+    return EdgeInfo(id=eid_str, relation=relation, confidence=conf, source=source, polarity=pol, task_tag=tag,
+                    discovered_at=disc, subtype=subtype, decision_text=decision, outcome_text=outcome)
+
+
+def _run_judge(store, judge, pairs: np.ndarray, edges: np.ndarray, *, limit: int | None) -> dict[str, Any]:
+    """Ask ``judge`` about (old, new) row pairs; returns decisions, remembered negatives, failures."""
+    out: dict[str, Any] = {"supersede": [], "keep": [], "failures": 0, "calls": 0, "deferred": 0}
+    if not len(pairs):
+        return out
+    old_eids = edges["eid"][pairs[:, 0]]
+    new_eids = edges["eid"][pairs[:, 1]]
+    remember = getattr(judge, "remember_negative", True)
+    judged = store.judged_pairs() if remember else set()
+    rows = store.edge_judge_rows(np.unique(np.concatenate([old_eids, new_eids])).tolist())
+    todo = []
+    for o, n in zip(old_eids.tolist(), new_eids.tolist()):
+        if o not in rows or n not in rows:
+            continue
+        if f"judged:{rows[o][0]}:{rows[n][0]}" in judged:
+            continue
+        todo.append((o, n))
+    if limit is not None and len(todo) > limit:
+        out["deferred"] = len(todo) - limit
+        log.info("causalmem: sleep judges %d supersession pairs now, %d next cycle", limit, len(todo) - limit)
+        todo = todo[:limit]
+    texts = store.chunk_texts(sorted({rows[e][8] for pair in todo for e in pair} | {rows[e][9] for pair in todo
+                                                                                        for e in pair}))
+    for o, n in todo:
+        ro, rn = rows[o], rows[n]
+        decision = texts.get(ro[8], "")
+        old_text, new_text = texts.get(ro[9], ""), texts.get(rn[9], "")
+        out["calls"] += 1
+        try:
+            verdict = judge.decide(_edge_info(ro, decision, old_text), _edge_info(rn, decision, new_text),
+                                   decision_text=decision, old_outcome_text=old_text, new_outcome_text=new_text)
+            sup = getattr(verdict, "supersedes", None)
+            if not isinstance(sup, bool):
+                raise LLMError(f"judge returned {verdict!r}, expected a Verdict with a boolean 'supersedes'")
+        except Exception as exc:  # a failed judge keeps the old edge, whatever went wrong
+            out["failures"] += 1
+            log.warning("causalmem: sleep judge failed on edges %s → %s, keeping the old edge: %s",
+                        ro[0], rn[0], exc)
+            continue
+        reasoning = getattr(verdict, "reasoning", "") or ""
+        if sup:
+            out["supersede"].append((o, n, rn[0], reasoning))
+        elif remember:
+            out["keep"].append(f"judged:{ro[0]}:{rn[0]}")
+    return out
+
+
+# ------------------------------------------------------------------------------ the cycle
+
+
+def sleep(store, *, config: Config, now: float, dry_run: bool = False, judge: Any = None,
+          min_diversity: float = 0.0, action: str = "annotate", progress: bool = False) -> SleepReport:
+    """Run one consolidation cycle on ``store`` at time ``now`` (see the module docstring)."""
+    action = _valid_action(action)
+    if isinstance(min_diversity, bool) or not isinstance(min_diversity, (int, float)) \
+            or not 0.0 <= float(min_diversity) <= 1.0:
+        raise ValueError(f"min_diversity must be a number in [0, 1], got {min_diversity!r}")
+    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+        raise ValueError(f"now must be finite POSIX seconds, got {now!r}")
+    if judge is None:
+        judge = RuleJudge()
+    if not callable(getattr(judge, "decide", None)):
+        raise TypeError(f"judge must have a decide(old, new, ...) method, got {type(judge).__name__}")
+    now = float(now)
+    big = progress and (store.query("SELECT COUNT(*) FROM edges")[0][0] >= PROGRESS_MIN_ROWS)
+    bar = _Progress(bool(big))
+    timer = _Timer(bar)
+    counts: dict[str, Any] = {"dry_run": bool(dry_run)}
+
+    # stage 0: novelty gate (read only)
+    timer.start("gate")
+    diversity = token_diversity(store.recent_chunk_texts(NOVELTY_WINDOW))
+    counts["diversity"] = diversity
+    timer.stop()
+    if diversity < min_diversity:
+        timer.total()
+        log.info("causalmem: sleep skipped, diversity %.3f < min_diversity %.3f", diversity, min_diversity)
+        return SleepReport(skipped_low_diversity=True, elapsed=dict(timer.elapsed), **counts)
+
+    prefilter = getattr(judge, "might_supersede", None)
+    early_verdicts = None
+    if prefilter is None:  # slow judge (LLM): consult it before taking the write lock
+        timer.start("judge")
+        ex = store.sleep_edge_arrays(relations=("caused", "enabled"))
+        ch = store.sleep_chunk_arrays()
+        alive = _alive_lookup(ch, ex)
+        early_verdicts = _run_judge(store, judge, _supersession_pairs(ex, alive, None), ex, limit=MAX_JUDGE_CALLS)
+        timer.stop()
+
+    try:
+        with store.transaction():
+            report = _cycle(store, config=config, now=now, judge=judge, prefilter=prefilter, action=action,
+                            early=early_verdicts, timer=timer, counts=counts)
+            if dry_run:
+                raise _Rollback(report)
+            timer.start("commit")
+        timer.stop()
+    except _Rollback as rb:
+        report = rb.args[0]
+    bar.done()
+    timer.total()
+    return SleepReport(elapsed=dict(timer.elapsed), **report)
+
+
+def _alive_lookup(chunks: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    size = int(max(chunks["nid"].max(initial=0), edges["src"].max(initial=0), edges["dst"].max(initial=0))) + 1
+    alive = np.zeros(size, dtype=bool)
+    alive[chunks["nid"]] = chunks["alive"].astype(bool)
+    return alive
+
+
+def _cycle(store, *, config: Config, now: float, judge, prefilter, action: str, early, timer: _Timer,
+           counts: dict[str, Any]) -> dict[str, Any]:
+    last_raw = store.get_meta(LAST_SLEEP_KEY)
+    last_sleep = float(last_raw) if last_raw is not None else -math.inf
+
+    timer.start("load")
+    edges = store.sleep_edge_arrays()
+    chunks = store.sleep_chunk_arrays()
+    alive = _alive_lookup(chunks, edges)
+    size = len(alive)
+    q = np.zeros(size)
+    q[chunks["nid"]] = chunks["q"]
+    chunk_acc = np.full(size, -1e300)
+    chunk_acc[chunks["nid"]] = chunks["acc"]
+    valid = alive[edges["src"]] & alive[edges["dst"]]
+    timer.stop()
+
+    # stage 1: reactivation
+    timer.start("reactivation")
+    src, dst, rel, pol = edges["src"], edges["dst"], edges["rel"], edges["pol"]
+    excit = (rel == _R_CAUSED) | (rel == _R_ENABLED)
+    neg_src = np.unique(src[valid & excit & (pol == POLARITY_CODES["negative"])])
+    pos_src = np.unique(src[valid & excit & (pol == POLARITY_CODES["positive"])])
+    both = np.intersect1d(neg_src, pos_src, assume_unique=True)
+    explicit = valid & (rel == _R_META) & np.isin(edges["sub"], _EXPLICIT_SUBS)
+    contested = np.unique(dst[explicit])
+    contradicted = (np.isin(src, both) | np.isin(src, contested) | np.isin(dst, contested) | (edges["sup"] == 1))
+    recent = now - learning.ACCESS_WINDOW_DAYS * DAY
+    accessed = (edges["acc"] >= recent) | ((chunk_acc[src] >= recent) & (chunk_acc[dst] >= recent))
+    score = (edges["conf"] + 0.5 * (pol == POLARITY_CODES["negative"])
+             + 0.3 * (edges["source"] == SOURCE_CODES["user_feedback"]) + 0.2 * contradicted + 0.2 * accessed)
+    protected = valid & (score >= REPLAY_THRESHOLD - 1e-12)
+    counts["reactivated"] = int(valid.sum())
+    counts["protected"] = int(protected.sum())
+    timer.stop()
+
+    # stage 1.5: Q update (r = 1 for both endpoints of protected edges, once per chunk)
+    timer.start("q_update")
+    counts["q_updates"] = 0
+    if protected.any():
+        nodes = np.unique(np.concatenate([src[protected], dst[protected]]))
+        nodes = nodes[alive[nodes]]
+        max_next = np.zeros(size)
+        np.maximum.at(max_next, src[valid], q[dst[valid]])
+        new_q = learning.bellman_vec(q[nodes], 1.0, max_next[nodes], alpha=config.q_alpha, gamma=config.q_gamma)
+        changed = np.abs(new_q - q[nodes]) > 1e-12
+        if changed.any():
+            store.update_q_values(zip(new_q[changed].tolist(), nodes[changed].tolist()))
+            q[nodes[changed]] = new_q[changed]
+        counts["q_updates"] = int(changed.sum())
+    timer.stop()
+
+    # stage 1.7: supersession
+    timer.start("supersession")
+    if early is None:
+        vedges = edges[valid]
+        early = _run_judge(store, judge, _supersession_pairs(vedges, alive, prefilter), vedges,
+                           limit=None if prefilter is not None else MAX_JUDGE_CALLS)
+    decisions = list(early["supersede"])  # (old eid, new eid, new id, reasoning)
+    # explicit meta edges: the old belief's valid caused/enabled out-edges are superseded
+    if explicit.any():
+        rows = np.flatnonzero(explicit)
+        rows = rows[np.lexsort((edges["eid"][rows], edges["disc"][rows]))]  # latest meta edge wins
+        by_old = {int(edges["dst"][r]): int(edges["eid"][r]) for r in rows}
+        old_out = np.flatnonzero(valid & excit & (edges["sup"] == 0) & np.isin(src, np.fromiter(by_old, np.int64)))
+        meta_ids = store.edge_ids(sorted(set(by_old.values())))
+        meta_src = {int(edges["eid"][r]): int(edges["src"][r]) for r in rows}
+        for r in old_out.tolist():
+            m = by_old[int(src[r])]
+            if int(dst[r]) == meta_src[m]:
+                continue  # the edge already points at the new belief
+            decisions.append((int(edges["eid"][r]), m, meta_ids[m], "explicit meta edge"))
+    seen: set[int] = set()
+    decisions = [d for d in decisions if not (d[0] in seen or seen.add(d[0]))]
+    counts["judge_failures"] = int(early["failures"])
+    if early["keep"]:
+        store.remember_judged(early["keep"])
+    superseded = 0
+    if decisions:
+        if action == "annotate":
+            superseded = store.annotate_superseded([(new_id, old) for old, _n, new_id, _r in decisions])
+        else:
+            superseded = store.retire_superseded(
+                [(now, f"superseded by {new_id}: {reason}"[:500], new_id, old) for old, _n, new_id, reason in decisions])
+    counts["superseded"] = int(superseded)
+    counts["annotated"] = int(superseded) if action == "annotate" else 0
+    eid_pos = {int(e): i for i, e in enumerate(edges["eid"].tolist())} if decisions else {}
+    for old, *_ in decisions:
+        i = eid_pos.get(old)
+        if i is not None:
+            edges["sup"][i] = 1
+            if action == "retire":
+                valid[i] = False
+    timer.stop()
+
+    # stage 2: generalization — merge duplicates, mine cross-task patterns
+    timer.start("generalization")
+    live = np.flatnonzero(valid)
+    counts["merged"] = 0
+    if len(live) > 1:
+        sub = edges[live]
+        order = np.lexsort((sub["eid"], -sub["conf"], sub["sub"], sub["rel"], sub["dst"], sub["src"]))
+        s = live[order]
+        same = ((src[s][1:] == src[s][:-1]) & (dst[s][1:] == dst[s][:-1]) & (rel[s][1:] == rel[s][:-1])
+                & (edges["sub"][s][1:] == edges["sub"][s][:-1]))
+        if same.any():
+            first = np.r_[True, ~same]
+            keeper = s[np.flatnonzero(first)][np.cumsum(first) - 1]
+            dup = s[~first]
+            keep_of_dup = keeper[~first]
+            keep_ids = store.edge_ids(np.unique(edges["eid"][keep_of_dup]).tolist())
+            store.retire_edges([(now, f"merged into {keep_ids[int(k)]}", float(c), int(e)) for e, k, c in zip(
+                edges["eid"][dup].tolist(), edges["eid"][keep_of_dup].tolist(), edges["conf"][dup].tolist())])
+            valid[dup] = False
+            counts["merged"] = int(len(dup))
+    linked = _linked_pairs(edges, valid)
+    decisions_docs = _decision_docs(store, last_sleep)
+    counts["patterns"] = _mine(store, decisions_docs, linked, now, kind="patterns")
+    timer.stop()
+
+    # stage 3: decay + GC (edges), Hebbian fading
+    timer.start("decay")
+    live = np.flatnonzero(valid)
+    counts.update(decayed=0, boosted=0, retired=0)
+    if len(live):
+        e = edges[live]
+        age_days = (now - np.maximum(e["disc"], last_sleep)) / DAY
+        acc = accessed[live]
+        prot = protected[live]
+        half = _HALF_LIFE_BY_CODE[e["source"]]
+        decayed_only = learning.decay_confidences(e["conf"], half, age_days, prot, np.zeros(len(live), bool))
+        new_conf = learning.decay_confidences(e["conf"], half, age_days, prot, acc)
+        retire = learning.retire_mask(new_conf, _NEVER_RETIRED_BY_CODE[e["source"]], prot)
+        changed = np.abs(new_conf - e["conf"]) > 1e-12
+        counts["decayed"] = int((decayed_only < e["conf"] - 1e-12).sum())
+        counts["boosted"] = int((acc & (new_conf > decayed_only + 1e-12)).sum())
+        upd = changed & ~retire
+        if upd.any():
+            store.update_edge_confidences(zip(new_conf[upd].tolist(), e["eid"][upd].tolist()))
+        if retire.any():
+            floor = np.where(prot[retire], learning.RETIRE_BELOW_PROTECTED, learning.RETIRE_BELOW)
+            store.retire_edges([(now, f"decayed below {f:g}", float(c), int(x)) for f, c, x in zip(
+                floor.tolist(), new_conf[retire].tolist(), e["eid"][retire].tolist())])
+            valid[live[retire]] = False
+        counts["retired"] = int(retire.sum())
+    timer.stop()
+
+    timer.start("hebbian")
+    co = store.sleep_cooccurrence_arrays()
+    counts.update(hebbian_faded=0, hebbian_dropped=0)
+    if len(co):
+        idle = (now - np.maximum(co["upd"], last_sleep)) / DAY
+        w = learning.hebbian_faded_weight(co["w"], idle, fade=config.hebbian_idle_fade)
+        drop = w < config.hebbian_drop_below
+        fade = (np.abs(w - co["w"]) > 1e-12) & ~drop
+        if fade.any():
+            store.set_cooccurrence_weights(zip(w[fade].tolist(), co["a"][fade].tolist(), co["b"][fade].tolist()))
+        if drop.any():
+            store.delete_cooccurrence(zip(co["a"][drop].tolist(), co["b"][drop].tolist()))
+        counts["hebbian_faded"] = int(fade.sum())
+        counts["hebbian_dropped"] = int(drop.sum())
+    timer.stop()
+
+    # stage 4: REM transfer
+    timer.start("rem")
+    counts["rem_links"] = _mine(store, decisions_docs, linked, now, kind="rem")
+    timer.stop()
+
+    store.set_meta(LAST_SLEEP_KEY, repr(now))
+    summary = {k: v for k, v in counts.items()}
+    summary["now"] = now
+    store.set_meta(LAST_REPORT_KEY, json.dumps(summary, sort_keys=True))
+    return counts
+
+
+def _linked_pairs(edges: np.ndarray, valid: np.ndarray) -> set[tuple[int, int]]:
+    """Unordered chunk pairs already joined by a valid meta edge."""
+    m = valid & (edges["rel"] == _R_META)
+    a, b = edges["src"][m], edges["dst"][m]
+    return set(zip(np.minimum(a, b).tolist(), np.maximum(a, b).tolist()))
+
+
+class _Docs:
+    """Decisions with task tags: text tokens, pattern tokens, tags, scope, novelty."""
+
+    def __init__(self) -> None:
+        self.nids: list[int] = []
+        self.text_tokens: list[frozenset] = []
+        self.pattern_tokens: list[frozenset] = []
+        self.tags: list[frozenset] = []
+        self.scope: list[tuple] = []
+        self.new: list[bool] = []
+
+
+def _decision_docs(store, last_sleep: float) -> _Docs:
+    docs = _Docs()
+    cur_nid = None
+    tags: set[str] = set()
+    outcome_tokens: set[str] = set()
+    new = False
+    info: tuple = ()
+    cache: dict[str, list[str]] = {}
+
+    def flush() -> None:
+        if cur_nid is None:
+            return
+        text_tok = frozenset(tokenize(info[0]))
+        docs.nids.append(cur_nid)
+        docs.text_tokens.append(text_tok)
+        docs.pattern_tokens.append(text_tok | frozenset(outcome_tokens))
+        docs.tags.append(frozenset(tags))
+        docs.scope.append(info[1])
+        docs.new.append(new)
+
+    for nid, tag, text, user, agent, run, created, outcome, disc in store.tagged_decision_rows():
+        if nid != cur_nid:
+            flush()
+            cur_nid, tags, outcome_tokens = nid, set(), set()
+            info = (text, (user, agent, run))
+            new = created > last_sleep
+        tags.add(tag)
+        toks = cache.get(outcome)
+        if toks is None:
+            toks = cache[outcome] = tokenize(outcome)
+        outcome_tokens.update(toks)
+        new = new or disc > last_sleep
+    flush()
+    return docs
+
+
+def _mine(store, docs: _Docs, linked: set[tuple[int, int]], now: float, *, kind: str) -> int:
+    """Stage 2 patterns (kind='patterns', meta 'repeated') or stage 4 REM links (kind='rem', 'similar_to')."""
+    if len(docs.nids) < 2 or not any(docs.new):
+        return 0
+    if kind == "patterns":
+        sets, subtype = docs.text_tokens, "repeated"
+
+        def accept(i: int, j: int) -> bool:
+            return docs.scope[i] == docs.scope[j] and docs.tags[i] != docs.tags[j]
+    else:
+        sets, subtype = docs.pattern_tokens, "similar_to"
+
+        def accept(i: int, j: int) -> bool:
+            return docs.scope[i] == docs.scope[j] and not (docs.tags[i] & docs.tags[j])
+
+    made = 0
+    for i, j, _jac in jaccard_pairs(sets, docs.new, PATTERN_JACCARD, accept):
+        a, b = docs.nids[i], docs.nids[j]
+        key = (min(a, b), max(a, b))
+        if key in linked:
+            continue
+        linked.add(key)
+        store.insert_edge(src=key[0], dst=key[1], relation=Relation.META, subtype=subtype, confidence=0.7,
+                          source="rule", polarity=None, task_tag=None, event_time=None, discovered_at=now)
+        made += 1
+    return made
+
+
+# ------------------------------------------------------------------------------ report
+
+_ROWS = (
+    ("0 novelty gate", "diversity", "gate", "token diversity of the newest chunks"),
+    ("1 reactivation", "reactivated", "reactivation", "valid edges replayed"),
+    ("", "protected", None, "replay-protected (score ≥ 1.0)"),
+    ("1.5 Q update", "q_updates", "q_update", "chunks whose Q-value rose"),
+    ("1.7 supersession", "superseded", "supersession", "edges superseded"),
+    ("", "annotated", None, "… of which annotated (still retrievable)"),
+    ("", "judge_failures", None, "judge failures (old edge kept)"),
+    ("2 generalization", "merged", "generalization", "duplicate edges merged"),
+    ("", "patterns", None, "cross-task pattern edges (meta repeated)"),
+    ("3 decay + GC", "decayed", "decay", "edges decayed"),
+    ("", "boosted", None, "edges boosted by recent access"),
+    ("", "retired", None, "edges retired (below threshold)"),
+    ("  hebbian", "hebbian_faded", "hebbian", "co-occurrence pairs faded"),
+    ("", "hebbian_dropped", None, "co-occurrence pairs dropped"),
+    ("4 REM transfer", "rem_links", "rem", "cross-task links (meta similar_to)"),
+)
+
+
+def format_report(report: SleepReport) -> str:
+    """A plain-text table of a ``SleepReport`` for the CLI."""
+    data = asdict(report) if not isinstance(report, dict) else dict(report)
+    elapsed = data.get("elapsed") or {}
+    title = "sleep (dry run: nothing written)" if data.get("dry_run") else "sleep"
+    lines = [title]
+    if data.get("skipped_low_diversity"):
+        lines.append(f"skipped: diversity {data.get('diversity', 0.0):.3f} below min_diversity")
+        return "\n".join(lines)
+    w0, w1, w2 = 18, 9, 44
+    lines.append(f"{'stage':<{w0}} {'count':>{w1}}  {'what':<{w2}} {'time':>8}")
+    lines.append("-" * (w0 + w1 + w2 + 12))
+    for stage, key, tkey, what in _ROWS:
+        value = data.get(key, 0)
+        shown = f"{value:.3f}" if isinstance(value, float) else str(value)
+        t = f"{elapsed[tkey]:.3f}s" if tkey and tkey in elapsed else ""
+        lines.append(f"{stage:<{w0}} {shown:>{w1}}  {what:<{w2}} {t:>8}")
+    lines.append("-" * (w0 + w1 + w2 + 12))
+    if "total" in elapsed:
+        lines.append(f"{'total':<{w0}} {'':>{w1}}  {'':<{w2}} {elapsed['total']:.3f}s")
+    return "\n".join(lines)
