@@ -13,12 +13,25 @@ node index, each source's base edges then its overlay edges in CSR order).  setu
 with ``-ffp-contract=off`` so no FMA changes a rounding; the twin therefore matches bit for bit.
 """
 from libc.stdint cimport int64_t, int32_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
+from libc.stdlib cimport malloc, calloc, free
 from libc.math cimport fabsf
 from libcpp.vector cimport vector
 from libcpp.pair cimport pair
 
 import numpy as np
+
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define CM_PREFETCH(p) __builtin_prefetch((const void*)(p), 1, 3)
+    #else
+    #define CM_PREFETCH(p) ((void)0)
+    #endif
+    """
+    void CM_PREFETCH(const void* p) noexcept nogil
+
+DEF PF = 16  # prefetch distance (edges) for the random slot accesses
 
 cdef extern from "<algorithm>" namespace "std" nogil:
     void sort[Iter](Iter first, Iter last)
@@ -39,47 +52,98 @@ cdef const int32_t[::1] _EMPTY_I32 = np.zeros(1, dtype=np.int32)
 cdef const float[::1] _EMPTY_F32 = np.zeros(1, dtype=np.float32)
 
 
+ctypedef struct Slot:
+    # All per-node state of a call in one 16-byte record: one cache line serves the
+    # read-modify-write of an edge and the clamp / merge passes.  A stamp equal to the current
+    # step (call) stamp marks ``nxt`` (``act``) as set; anything else reads as 0, so nothing is
+    # ever zeroed between steps or calls.
+    float nxt
+    uint32_t nstamp
+    float act
+    uint32_t astamp
+
+
+cdef uint32_t _STAMP_LIMIT = 0x7FFFFFFF
+
+
 cdef class SpreadWorkspace:
     """Reusable scratch memory for :func:`spread` over graphs of up to ``n_nodes`` nodes.
 
-    Dense per-node arrays are allocated once and kept all-zero between calls: a call resets
-    only the entries it touched.  A workspace must not be used by two calls at the same time
-    (``causalmem.spreading.CSR`` keeps a lock-protected pool of them).
+    Allocated once (40 bytes per node) and never cleared per call: entries are versioned by
+    stamps, so a call costs only what it touches.  A workspace must not be used by two calls at
+    the same time (``causalmem.spreading.CSR`` keeps a lock-protected pool of them).
     """
 
-    cdef float[::1] act, nxt, src_energy
-    cdef uint8_t[::1] act_mark, nxt_mark
-    cdef int32_t[::1] act_list, nxt_list, src_nodes
-    cdef uint64_t[::1] keys
+    cdef Slot* slots
+    cdef int32_t* act_list
+    cdef int32_t* nlist
+    cdef uint64_t* keys
+    cdef uint64_t* tmp
+    cdef uint32_t stamp
     cdef readonly Py_ssize_t n_nodes
     cdef public int64_t edges_scanned
     cdef public int64_t steps
 
-    def __init__(self, Py_ssize_t n_nodes=0):
+    def __cinit__(self, Py_ssize_t n_nodes=0):
+        self.slots = NULL
+        self.act_list = NULL
+        self.nlist = NULL
+        self.keys = NULL
+        self.tmp = NULL
         self.n_nodes = -1
+        self.stamp = 0
+
+    def __init__(self, Py_ssize_t n_nodes=0):
         self.ensure(n_nodes)
+
+    def __dealloc__(self):
+        self._free()
+
+    cdef void _free(self) noexcept:
+        free(self.slots)
+        free(self.act_list)
+        free(self.nlist)
+        free(self.keys)
+        free(self.tmp)
+        self.slots = NULL
+        self.act_list = NULL
+        self.nlist = NULL
+        self.keys = NULL
+        self.tmp = NULL
 
     def ensure(self, Py_ssize_t n_nodes):
         """Grow the workspace to hold ``n_nodes`` nodes (never shrinks)."""
         if n_nodes <= self.n_nodes:
             return
-        n = max(n_nodes, 1)
-        self.act = np.zeros(n, dtype=np.float32)
-        self.nxt = np.zeros(n, dtype=np.float32)
-        self.src_energy = np.zeros(n, dtype=np.float32)
-        self.act_mark = np.zeros(n, dtype=np.uint8)
-        self.nxt_mark = np.zeros(n, dtype=np.uint8)
-        self.act_list = np.zeros(n, dtype=np.int32)
-        self.nxt_list = np.zeros(n, dtype=np.int32)
-        self.src_nodes = np.zeros(n, dtype=np.int32)
-        self.keys = np.zeros(n, dtype=np.uint64)
+        if n_nodes < 0:
+            raise ValueError("n_nodes must be >= 0")
+        cdef size_t n = <size_t>max(n_nodes, 1)
+        self._free()
+        self.slots = <Slot*>calloc(n, sizeof(Slot))
+        self.act_list = <int32_t*>malloc(n * sizeof(int32_t))
+        self.nlist = <int32_t*>malloc((n + 1) * sizeof(int32_t))  # +1: branch-free append
+        self.keys = <uint64_t*>malloc(n * sizeof(uint64_t))
+        self.tmp = <uint64_t*>malloc(n * sizeof(uint64_t))
+        if (self.slots == NULL or self.act_list == NULL or self.nlist == NULL
+                or self.keys == NULL or self.tmp == NULL):
+            self._free()
+            self.n_nodes = -1
+            raise MemoryError(f"cannot allocate a spreading workspace for {n_nodes} nodes")
         self.n_nodes = n_nodes
+        self.stamp = 0
         self.edges_scanned = 0
         self.steps = 0
 
+    cdef void _next_call(self, int64_t max_steps) noexcept:
+        """Make room for 1 + max_steps fresh stamps (clear once every ~2^31 steps)."""
+        if <uint64_t>self.stamp + <uint64_t>max_steps + 2 >= <uint64_t>_STAMP_LIMIT:
+            memset(self.slots, 0, <size_t>max(self.n_nodes, 1) * sizeof(Slot))
+            self.stamp = 0
+
     @property
     def nbytes(self):
-        return 0 if self.n_nodes <= 0 else max(self.n_nodes, 1) * (4 * 3 + 1 * 2 + 4 * 3 + 8)
+        """Bytes of scratch memory held."""
+        return 0 if self.n_nodes < 0 else max(self.n_nodes, 1) * (sizeof(Slot) + 4 + 4 + 8 + 8)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,12 +176,14 @@ cdef inline int32_t _key_node(uint64_t k) noexcept nogil:
 
 
 cdef inline void _emit(const CSRView* g, int32_t s, float e, float scale_pos, float scale_inh,
-                       bint use_inh, float* nxt, uint8_t* mark, int32_t* nlist,
+                       bint use_inh, Slot* slots, uint32_t st, int32_t* nlist,
                        Py_ssize_t* nn, int64_t* scanned) noexcept nogil:
     """Add the contributions of source ``s`` (energy ``e``) over its out-edges in ``g``."""
     cdef int64_t p, start, end
     cdef int32_t j
-    cdef float w, c, ae
+    cdef float c, ae
+    cdef Py_ssize_t fresh
+    cdef Slot* sl
     cdef const uint8_t* valid = g.valid
     cdef const uint8_t* inhib = g.inhib
     cdef const int32_t* indices = g.indices
@@ -131,59 +197,140 @@ cdef inline void _emit(const CSRView* g, int32_t s, float e, float scale_pos, fl
     if use_inh and inhib != NULL:
         ae = fabsf(e)
         for p in range(start, end):
+            if p + PF < end:
+                CM_PREFETCH(&slots[indices[p + PF]])
             if valid != NULL and valid[p] == 0:
                 continue
-            j = indices[p]
-            w = weights[p]
             if inhib[p]:
-                c = -((ae * fabsf(w)) * scale_inh)
+                c = -((ae * fabsf(weights[p])) * scale_inh)
             else:
-                c = (e * w) * scale_pos
-            if mark[j] == 0:
-                mark[j] = 1
-                nlist[m] = j
-                m += 1
-            nxt[j] += c
+                c = (e * weights[p]) * scale_pos
+            j = indices[p]
+            sl = &slots[j]
+            # branch-free first touch: a random 50/50 branch here costs more than the work
+            fresh = sl.nstamp != st
+            sl.nxt = (0.0 if fresh else sl.nxt) + c
+            sl.nstamp = st
+            nlist[m] = j
+            m += fresh
     elif valid != NULL:
         for p in range(start, end):
+            if p + PF < end:
+                CM_PREFETCH(&slots[indices[p + PF]])
             if valid[p] == 0:
                 continue
-            j = indices[p]
             c = (e * weights[p]) * scale_pos
-            if mark[j] == 0:
-                mark[j] = 1
-                nlist[m] = j
-                m += 1
-            nxt[j] += c
+            j = indices[p]
+            sl = &slots[j]
+            # branch-free first touch: a random 50/50 branch here costs more than the work
+            fresh = sl.nstamp != st
+            sl.nxt = (0.0 if fresh else sl.nxt) + c
+            sl.nstamp = st
+            nlist[m] = j
+            m += fresh
     else:
         for p in range(start, end):
-            j = indices[p]
+            if p + PF < end:
+                CM_PREFETCH(&slots[indices[p + PF]])
             c = (e * weights[p]) * scale_pos
-            if mark[j] == 0:
-                mark[j] = 1
-                nlist[m] = j
-                m += 1
-            nxt[j] += c
+            j = indices[p]
+            sl = &slots[j]
+            # branch-free first touch: a random 50/50 branch here costs more than the work
+            fresh = sl.nstamp != st
+            sl.nxt = (0.0 if fresh else sl.nxt) + c
+            sl.nstamp = st
+            nlist[m] = j
+            m += fresh
     nn[0] = m
 
 
-cdef Py_ssize_t _select_top_k(int32_t* nodes, const float* values, Py_ssize_t m, Py_ssize_t k,
-                              uint64_t* keys, int dense) noexcept nogil:
-    """Move the top ``k`` of ``nodes[:m]`` (by |value| desc, node asc) to the front, sorted.
+cdef void _radix_sort(uint64_t* a, uint64_t* tmp, Py_ssize_t n, int byte_lo,
+                      int byte_hi) noexcept nogil:
+    """Sort ``a[:n]`` ascending (stable LSD radix over bytes byte_lo..byte_hi of the key).
 
-    ``dense``: values are indexed by node (``values[nodes[i]]``), else parallel to ``nodes``.
-    Returns the kept count.  Partial selection: O(m) + O(k log k).
+    Callers guarantee keys are distinct in those bytes or equal elsewhere, so the result is
+    the same as a full sort.  Passes whose byte is constant are skipped.
     """
-    cdef Py_ssize_t i
-    if k > m:
-        k = m
+    cdef Py_ssize_t counts[8 * 256]
+    cdef Py_ssize_t i, total, c
+    cdef int b, shift
+    cdef uint64_t k
+    cdef uint64_t* src = a
+    cdef uint64_t* dst = tmp
+    cdef uint64_t* sw
+    cdef Py_ssize_t* cnt
+    if n < 64:
+        sort(a, a + n)
+        return
+    memset(counts, 0, sizeof(counts))
+    for i in range(n):
+        k = a[i]
+        for b in range(byte_lo, byte_hi + 1):
+            counts[b * 256 + ((k >> (8 * b)) & 0xFF)] += 1
+    for b in range(byte_lo, byte_hi + 1):
+        shift = 8 * b
+        cnt = &counts[b * 256]
+        if cnt[(src[0] >> shift) & 0xFF] == n:
+            continue
+        total = 0
+        for i in range(256):
+            c = cnt[i]
+            cnt[i] = total
+            total += c
+        for i in range(n):
+            k = src[i]
+            c = (k >> shift) & 0xFF
+            dst[cnt[c]] = k
+            cnt[c] += 1
+        sw = src
+        src = dst
+        dst = sw
+    if src != a:
+        memcpy(a, src, n * sizeof(uint64_t))
+
+
+cdef inline uint64_t _src_key(int32_t node, float e) noexcept nogil:
+    """(node, energy) packed so that sorting by the high half orders sources by node."""
+    cdef uint32_t bits
+    memcpy(&bits, &e, 4)
+    return ((<uint64_t>(<uint32_t>node)) << 32) | <uint64_t>bits
+
+
+cdef inline float _src_energy(uint64_t k) noexcept nogil:
+    cdef uint32_t bits = <uint32_t>(k & 0xFFFFFFFFu)
+    cdef float e
+    memcpy(&e, &bits, 4)
+    return e
+
+
+cdef Py_ssize_t _select_keys(uint64_t* keys, Py_ssize_t m, Py_ssize_t k, Py_ssize_t* hist,
+                             uint64_t* tmp) noexcept nogil:
+    """Move the ``k`` smallest of ``keys[:m]`` to the front (unordered); returns k.
+
+    Partial selection: ``hist`` (2048 buckets of the key's top 11 bits, filled by the caller)
+    gives the boundary bucket; ``nth_element`` runs on that bucket alone.
+    """
+    cdef Py_ssize_t i, cum = 0, above = 0, nb = 0, need
+    cdef uint64_t kk
+    cdef int B = 0
+    cdef uint64_t bucket
+    for B in range(2048):
+        if cum + hist[B] >= k:
+            break
+        cum += hist[B]
+    need = k - cum
     for i in range(m):
-        keys[i] = _key(values[nodes[i]] if dense else values[i], nodes[i])
-    if k < m:
-        nth_element(keys, keys + k, keys + m)
-    sort(keys, keys + k)
-    for i in range(k):
-        nodes[i] = _key_node(keys[i])
+        kk = keys[i]
+        bucket = kk >> 53
+        if bucket < <uint64_t>B:
+            keys[above] = kk        # above <= i: in-place compaction is safe
+            above += 1
+        elif bucket == <uint64_t>B:
+            tmp[nb] = kk
+            nb += 1
+    if need < nb:
+        nth_element(tmp, tmp + need, tmp + nb)
+    memcpy(keys + above, tmp, need * sizeof(uint64_t))
     return k
 
 
@@ -193,133 +340,148 @@ cdef Py_ssize_t _spread_kernel(
         int32_t* useeds, float* useed_e,
         float decay, float thr, float lo, float hi, int64_t max_steps, bint reemit,
         int64_t top_k, float teleport, float inhibit_multiplier,
-        float* act, uint8_t* act_mark, int32_t* act_list,
-        float* nxt, uint8_t* nxt_mark, int32_t* nlist,
-        int32_t* src_nodes, float* src_energy, uint64_t* keys,
-        int64_t* scanned, int64_t* steps_run, Py_ssize_t* n_act_out) noexcept nogil:
+        Slot* slots, uint32_t* stamp, int32_t* act_list, int32_t* nlist,
+        uint64_t* keys, uint64_t* tmp,
+        int64_t* scanned, int64_t* steps_run) noexcept nogil:
     """The whole spread; leaves the result keys sorted in ``keys[:r]`` and returns r.
 
-    ``act`` keeps the merged energies until :func:`_finish` copied them out and reset them.
+    ``keys`` doubles as the source list of a step ((node, energy) packed, sorted by node): the
+    sources are consumed by the propagation before the clamp pass reuses the buffer.
     """
-    cdef Py_ssize_t i, k, n_act = 0, nu = 0, n_src = 0, nn, m, newly, r
+    cdef Py_ssize_t i, n_act = 0, nu = 0, n_src = 0, nn, m, newly, r
+    cdef Py_ssize_t hist[2048]
     cdef int32_t s, j
     cdef float e, val, old
     cdef int64_t step
+    cdef uint64_t kk
+    cdef Slot* sl
+    cdef bint select
     # float32 factors, computed exactly as the twin computes them (double, then rounded)
     cdef float scale_pos = <float>(<double>decay * (1.0 - <double>teleport))
     cdef float scale_inh = <float>(<double>decay * <double>inhibit_multiplier)
     cdef float omt = <float>(1.0 - <double>teleport)
     cdef float tel = teleport
     cdef bint use_inh = inhibit_multiplier != 1.0
+    cdef uint32_t cst, st
 
+    stamp[0] += 1
+    cst = stamp[0]
     scanned[0] = 0
     steps_run[0] = 0
     # seeds: duplicates add (in input order), then clamp
     for i in range(n_seeds):
         s = seed_nodes[i]
-        if act_mark[s] == 0:
-            act_mark[s] = 1
+        sl = &slots[s]
+        if sl.astamp != cst:
+            sl.astamp = cst
+            sl.act = seed_energy[i]
             act_list[n_act] = s
             n_act += 1
-            act[s] = seed_energy[i]
             useeds[nu] = s
             nu += 1
         else:
-            act[s] = act[s] + seed_energy[i]
+            sl.act = sl.act + seed_energy[i]
     for i in range(nu):
-        s = useeds[i]
-        act[s] = _clampf(act[s], lo, hi)
-        useed_e[i] = act[s]
+        sl = &slots[useeds[i]]
+        sl.act = _clampf(sl.act, lo, hi)
+        useed_e[i] = sl.act
     # first sources (non-reemit): the active seeds, by node index
     if not reemit:
         for i in range(nu):
             if _active(useed_e[i], thr):
-                src_nodes[n_src] = useeds[i]
+                keys[n_src] = _src_key(useeds[i], useed_e[i])
                 n_src += 1
-        sort(src_nodes, src_nodes + n_src)
-        for i in range(n_src):
-            src_energy[i] = act[src_nodes[i]]
+        _radix_sort(keys, tmp, n_src, 4, 7)
 
     step = 0
     while step < max_steps:
         step += 1
-        # 1. sources
+        stamp[0] += 1
+        st = stamp[0]
+        # 1. sources (reemit: every active node of act, by node index)
         if reemit:
             n_src = 0
             for i in range(n_act):
                 j = act_list[i]
-                if _active(act[j], thr):
-                    src_nodes[n_src] = j
+                val = slots[j].act
+                if _active(val, thr):
+                    keys[n_src] = _src_key(j, val)
                     n_src += 1
-            sort(src_nodes, src_nodes + n_src)
-            for i in range(n_src):
-                src_energy[i] = act[src_nodes[i]]
+            _radix_sort(keys, tmp, n_src, 4, 7)
         steps_run[0] = step
         # 2. propagate: sources ascending, base edges then overlay edges
         nn = 0
         for i in range(n_src):
-            s = src_nodes[i]
-            e = src_energy[i]
-            _emit(g, s, e, scale_pos, scale_inh, use_inh, nxt, nxt_mark, nlist, &nn, scanned)
-            _emit(x, s, e, scale_pos, scale_inh, use_inh, nxt, nxt_mark, nlist, &nn, scanned)
+            s = <int32_t>(keys[i] >> 32)
+            e = _src_energy(keys[i])
+            _emit(g, s, e, scale_pos, scale_inh, use_inh, slots, st, nlist, &nn, scanned)
+            if x.n > 0:
+                _emit(x, s, e, scale_pos, scale_inh, use_inh, slots, st, nlist, &nn, scanned)
         # 3. teleport back to the seeds
         if teleport > 0.0:
             for i in range(nu):
                 s = useeds[i]
-                if nxt_mark[s] == 0:
-                    nxt_mark[s] = 1
+                sl = &slots[s]
+                if sl.nstamp != st:
+                    sl.nstamp = st
+                    sl.nxt = 0.0
                     nlist[nn] = s
                     nn += 1
-                nxt[s] = omt * nxt[s] + tel * useed_e[i]
-        # 4. clamp, drop below threshold
+                sl.nxt = omt * sl.nxt + tel * useed_e[i]
+        # 4. clamp, drop below threshold (when a top-k cut may follow, also build its keys)
         m = 0
-        for i in range(nn):
-            j = nlist[i]
-            val = _clampf(nxt[j], lo, hi)
-            if _active(val, thr):
-                nxt[j] = val
-                nlist[m] = j
-                m += 1
-            else:
-                nxt[j] = 0.0
-                nxt_mark[j] = 0
-        # 5. top-k by partial selection over the touched nodes only
-        if top_k > 0 and m > top_k:
-            _select_top_k(nlist, nxt, m, <Py_ssize_t>top_k, keys, 1)
-            for i in range(top_k, m):
-                j = _key_node(keys[i])
-                nxt[j] = 0.0
-                nxt_mark[j] = 0
-            m = <Py_ssize_t>top_k
-        # 6. merge by absolute maximum
+        select = top_k > 0 and nn > top_k
+        if select:
+            memset(hist, 0, sizeof(hist))
+            for i in range(nn):
+                if i + PF < nn:
+                    CM_PREFETCH(&slots[nlist[i + PF]])
+                j = nlist[i]
+                val = _clampf(slots[j].nxt, lo, hi)
+                if _active(val, thr):
+                    slots[j].nxt = val
+                    kk = _key(val, j)
+                    keys[m] = kk
+                    hist[kk >> 53] += 1
+                    m += 1
+            # 5. top-k by partial selection over the touched nodes only
+            if m > top_k:
+                m = _select_keys(keys, m, <Py_ssize_t>top_k, hist, tmp)
+            for i in range(m):
+                nlist[i] = _key_node(keys[i])
+        else:
+            for i in range(nn):
+                if i + PF < nn:
+                    CM_PREFETCH(&slots[nlist[i + PF]])
+                j = nlist[i]
+                val = _clampf(slots[j].nxt, lo, hi)
+                if _active(val, thr):
+                    slots[j].nxt = val
+                    nlist[m] = j
+                    m += 1
+        # 6. merge by absolute maximum; collect the next sources (non-reemit)
         newly = 0
         for i in range(m):
             j = nlist[i]
-            val = nxt[j]
-            if act_mark[j]:
-                old = act[j]
-            else:
-                act_mark[j] = 1
+            sl = &slots[j]
+            val = sl.nxt
+            if sl.astamp != cst:
+                sl.astamp = cst
+                sl.act = val
                 act_list[n_act] = j
                 n_act += 1
-                act[j] = 0.0
-                old = 0.0
-            if not _active(old, thr):
                 newly += 1
-            if fabsf(val) > fabsf(old):
-                act[j] = val
-        # next sources (non-reemit): what arrived this step, by node index
+            else:
+                old = sl.act
+                if not _active(old, thr):
+                    newly += 1
+                if fabsf(val) > fabsf(old):
+                    sl.act = val
+            if not reemit:
+                keys[i] = _src_key(j, val)
         if not reemit:
-            for i in range(m):
-                src_nodes[i] = nlist[i]
-            sort(src_nodes, src_nodes + m)
-            for i in range(m):
-                src_energy[i] = nxt[src_nodes[i]]
             n_src = m
-        for i in range(m):
-            j = nlist[i]
-            nxt[j] = 0.0
-            nxt_mark[j] = 0
+            _radix_sort(keys, tmp, n_src, 4, 7)
         # 7. early stop
         if reemit:
             if newly == 0:
@@ -330,28 +492,23 @@ cdef Py_ssize_t _spread_kernel(
     r = 0
     for i in range(n_act):
         j = act_list[i]
-        if _active(act[j], thr):
-            keys[r] = _key(act[j], j)
+        val = slots[j].act
+        if _active(val, thr):
+            keys[r] = _key(val, j)
             r += 1
-    sort(keys, keys + r)
-    n_act_out[0] = n_act
+    _radix_sort(keys, tmp, r, 0, 7)
     return r
 
 
-cdef void _finish(const uint64_t* keys, Py_ssize_t r, float* act, uint8_t* act_mark,
-                  const int32_t* act_list, Py_ssize_t n_act,
+cdef void _finish(const uint64_t* keys, Py_ssize_t r, const Slot* slots,
                   int32_t* out_nodes, float* out_energy) noexcept nogil:
-    """Copy the sorted result out, then reset every touched workspace entry."""
+    """Copy the sorted result out (nothing to reset: entries are versioned by stamps)."""
     cdef Py_ssize_t i
     cdef int32_t j
     for i in range(r):
         j = _key_node(keys[i])
         out_nodes[i] = j
-        out_energy[i] = act[j]
-    for i in range(n_act):
-        j = act_list[i]
-        act[j] = 0.0
-        act_mark[j] = 0
+        out_energy[i] = slots[j].act
 
 
 cdef int _view(CSRView* v, object arrays) except -1:
@@ -417,12 +574,14 @@ def spread(indptr, indices, weights, seed_nodes, seed_energy, *, valid=None, inh
     cdef CSRView g, x
     cdef const int32_t[::1] sn = seed_nodes
     cdef const float[::1] se = seed_energy
-    cdef Py_ssize_t n_seeds = sn.shape[0], i, n, r, n_act = 0
+    cdef Py_ssize_t n_seeds = sn.shape[0], i, n, r
     cdef int64_t scanned = 0, steps_run = 0
     _view(&g, (indptr, indices, weights, valid, inhibitory))
     _view(&x, extra)
     if se.shape[0] != n_seeds:
         raise ValueError("seed_nodes and seed_energy must have the same length")
+    if max_steps < 0 or max_steps > 0x7FFFFFFF:
+        raise ValueError("max_steps must be in [0, 2**31 - 1]")
     n = <Py_ssize_t>max(g.n, x.n)
     for i in range(n_seeds):
         if sn[i] < 0 or sn[i] >= n:
@@ -431,28 +590,24 @@ def spread(indptr, indices, weights, seed_nodes, seed_energy, *, valid=None, inh
         workspace = SpreadWorkspace(n)
     else:
         workspace.ensure(n)
+    cdef SpreadWorkspace ws = workspace
+    ws._next_call(max_steps)
     cdef int32_t[::1] useeds = np.empty(max(n_seeds, 1), dtype=np.int32)
     cdef float[::1] useed_e = np.empty(max(n_seeds, 1), dtype=np.float32)
     cdef const int32_t* sn_p = &sn[0] if n_seeds > 0 else NULL
     cdef const float* se_p = &se[0] if n_seeds > 0 else NULL
-    cdef SpreadWorkspace ws = workspace
     with nogil:
         r = _spread_kernel(&g, &x, sn_p, se_p, n_seeds, &useeds[0], &useed_e[0],
                            decay, threshold, lo, hi, max_steps, reemit, top_k, teleport,
-                           inhibit_multiplier,
-                           &ws.act[0], &ws.act_mark[0], &ws.act_list[0],
-                           &ws.nxt[0], &ws.nxt_mark[0], &ws.nxt_list[0],
-                           &ws.src_nodes[0], &ws.src_energy[0], &ws.keys[0],
-                           &scanned, &steps_run, &n_act)
+                           inhibit_multiplier, ws.slots, &ws.stamp, ws.act_list, ws.nlist,
+                           ws.keys, ws.tmp, &scanned, &steps_run)
     out_nodes = np.empty(r, dtype=np.int32)
     out_energy = np.empty(r, dtype=np.float32)
     cdef int32_t[::1] on = out_nodes
     cdef float[::1] oe = out_energy
-    cdef int32_t dummy_n = 0
-    cdef float dummy_e = 0
-    with nogil:
-        _finish(&ws.keys[0], r, &ws.act[0], &ws.act_mark[0], &ws.act_list[0], n_act,
-                &on[0] if r > 0 else &dummy_n, &oe[0] if r > 0 else &dummy_e)
+    if r > 0:
+        with nogil:
+            _finish(ws.keys, r, ws.slots, &on[0], &oe[0])
     ws.edges_scanned = scanned
     ws.steps = steps_run
     return out_nodes, out_energy
