@@ -252,7 +252,7 @@ def _run_judge(store, judge, pairs: np.ndarray, edges: np.ndarray, *, limit: int
     old_eids = edges["eid"][pairs[:, 0]]
     new_eids = edges["eid"][pairs[:, 1]]
     remember = getattr(judge, "remember_negative", True)
-    judged = store.judged_pairs() if remember else set()
+    judged = store.judged_pairs()
     rows = store.edge_judge_rows(np.unique(np.concatenate([old_eids, new_eids])).tolist())
     todo = []
     for o, n in zip(old_eids.tolist(), new_eids.tolist()):
@@ -286,6 +286,7 @@ def _run_judge(store, judge, pairs: np.ndarray, edges: np.ndarray, *, limit: int
         reasoning = getattr(verdict, "reasoning", "") or ""
         if sup:
             out["supersede"].append((o, n, rn[0], reasoning))
+            out["keep"].append(f"judged:{ro[0]}:{rn[0]}")  # decided: never asked again (restore sticks)
         elif remember:
             out["keep"].append(f"judged:{ro[0]}:{rn[0]}")
     return out
@@ -413,6 +414,7 @@ def _cycle(store, *, config: Config, now: float, judge, prefilter, action: str, 
         vedges = edges[valid]
         early = _run_judge(store, judge, _supersession_pairs(vedges, alive, prefilter), vedges,
                            limit=None if prefilter is not None else MAX_JUDGE_CALLS)
+    early = {**early, "keep": list(early["keep"])}
     decisions = list(early["supersede"])  # (old eid, new eid, new id, reasoning)
     # explicit meta edges: the old belief's valid caused/enabled out-edges are superseded
     if explicit.any():
@@ -422,16 +424,22 @@ def _cycle(store, *, config: Config, now: float, judge, prefilter, action: str, 
         old_out = np.flatnonzero(valid & excit & (edges["sup"] == 0) & np.isin(src, np.fromiter(by_old, np.int64)))
         meta_ids = store.edge_ids(sorted(set(by_old.values())))
         meta_src = {int(edges["eid"][r]): int(edges["src"][r]) for r in rows}
+        old_ids = store.edge_ids(edges["eid"][old_out].tolist()) if len(old_out) else {}
+        judged = store.judged_pairs() if len(old_out) else set()
         for r in old_out.tolist():
             m = by_old[int(src[r])]
             if int(dst[r]) == meta_src[m]:
                 continue  # the edge already points at the new belief
+            key = f"judged:{old_ids[int(edges['eid'][r])]}:{meta_ids[m]}"
+            if key in judged:
+                continue  # decided in an earlier cycle (and maybe restored by the user since)
             decisions.append((int(edges["eid"][r]), m, meta_ids[m], "explicit meta edge"))
+            early["keep"].append(key)
     seen: set[int] = set()
     decisions = [d for d in decisions if not (d[0] in seen or seen.add(d[0]))]
     counts["judge_failures"] = int(early["failures"])
     if early["keep"]:
-        store.remember_judged(early["keep"])
+        store.remember_judged(early["keep"], "decided")
     superseded = 0
     if decisions:
         if action == "annotate":

@@ -162,7 +162,7 @@ class LearningStoreMixin:
         """Keys 'judged:<old edge id>:<new edge id>' of pairs a judge already said to keep."""
         return {r[0] for r in self.query("SELECT key FROM meta WHERE key LIKE 'judged:%'")}
 
-    def remember_judged(self, keys: Iterable[str], verdict: str = "keep") -> None:
+    def remember_judged(self, keys: Iterable[str], verdict: str = "decided") -> None:
         self.conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", [(k, verdict) for k in keys])
 
     # ----------------------------------------------------------------- sleep: writes

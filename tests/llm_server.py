@@ -1,0 +1,128 @@
+"""A real HTTP server on 127.0.0.1 standing in for an OpenAI-compatible ``/chat/completions``.
+
+Usage::
+
+    with FakeLLM() as llm:
+        llm.reply('{"supersedes": true, "reasoning": "newer fix"}')   # one scripted answer
+        llm.fail(500)                                                 # next answer: HTTP 500
+        llm.stall(2.0)                                                # next answer after 2 s
+        judge = LLMJudge(llm.base_url, model="fake", timeout=0.5, retries=1, backoff=0.01)
+
+Answers are consumed in order; when the script is empty the ``default`` answer is used (a
+callable ``default(request_json) -> str`` or a string). Every request body is recorded in
+``llm.requests``.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+
+class FakeLLM:
+    def __init__(self, default: str | Callable[[dict], str] | None = None) -> None:
+        self.default = default if default is not None else '{"supersedes": false, "reasoning": "default"}'
+        self.script: deque[tuple[str, Any]] = deque()
+        self.requests: list[dict] = []
+        self.headers: list[dict] = []
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- scripting ---------------------------------------------------------------
+    def reply(self, content: str) -> "FakeLLM":
+        self.script.append(("reply", content))
+        return self
+
+    def fail(self, status: int = 500, body: str = "internal error") -> "FakeLLM":
+        self.script.append(("fail", (status, body)))
+        return self
+
+    def stall(self, seconds: float, content: str = '{"supersedes": true, "reasoning": "late"}') -> "FakeLLM":
+        self.script.append(("stall", (seconds, content)))
+        return self
+
+    def raw(self, body: bytes, status: int = 200) -> "FakeLLM":
+        """Send ``body`` as is (not wrapped in a chat-completions envelope)."""
+        self.script.append(("raw", (status, body)))
+        return self
+
+    # -- lifecycle ---------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def __enter__(self) -> "FakeLLM":
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # keep test output quiet
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server API
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = {"_raw": raw.decode("utf-8", "replace")}
+                with fake._lock:
+                    fake.requests.append(body)
+                    fake.headers.append(dict(self.headers))
+                    step = fake.script.popleft() if fake.script else None
+                if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+                    return self._send(404, b'{"error": "not found"}')
+                if step is None:
+                    d = fake.default
+                    content = d(body) if callable(d) else d
+                    return self._chat(content)
+                kind, arg = step
+                if kind == "reply":
+                    return self._chat(arg)
+                if kind == "fail":
+                    status, text = arg
+                    return self._send(status, json.dumps({"error": text}).encode())
+                if kind == "stall":
+                    seconds, content = arg
+                    time.sleep(seconds)
+                    return self._chat(content)
+                status, payload = arg
+                return self._send(status, payload)
+
+            def _chat(self, content: str) -> None:
+                payload = {
+                    "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": "fake",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": content}}],
+                }
+                self._send(200, json.dumps(payload).encode())
+
+            def _send(self, status: int, data: bytes) -> None:
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # client gave up (timeout test)
+                    pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
