@@ -297,6 +297,10 @@ class BM25Index:
 
     #: dead slots are dropped once they outnumber the live ones and exceed this count
     compact_min_dead = 1024
+    _BULK_CHUNK = 100_000
+    #: queries touching at least this many postings try MaxScore pruning first
+    prune_min_postings = 50_000
+    _prune_always = False  # tests: prune even when it would not pay off
 
     def __init__(self, *, tokenizer: Tokenizer | None = None, k1: float = K1, b: float = B) -> None:
         self.tokenizer = tokenizer if tokenizer is not None else DEFAULT_TOKENIZER
@@ -328,6 +332,7 @@ class BM25Index:
         self._n_dead = 0
         self._norm_key: tuple[int, int, int] | None = None
         self._norm = np.zeros(0, dtype=np.float64)
+        self._norm_min = 0.0
         self._buf = np.zeros(0, dtype=np.float64)  # score accumulator, all zeros between calls
 
     # ------------------------------------------------------------------ introspection
@@ -628,35 +633,39 @@ class BM25Index:
         """
         n = len(texts)
         clean = ["" if t is None else t for t in texts]
-        joined = _SEP.join(clean)
-        if joined.isascii() and joined.count("\x01") == n - 1:
-            fast = list(range(n))
-            slow: list[int] = []
-        else:
-            fast, slow = [], []
-            for i, t in enumerate(clean):
-                (fast if t.isascii() and "\x01" not in t else slow).append(i)
-            joined = _SEP.join([clean[i] for i in fast]) if fast else ""
         term_id = self._term_id
         doc_parts: list[np.ndarray] = []
         term_parts: list[np.ndarray] = []
-        if fast:
+        slow: list[int] = []
+        surface = self._surface
+        if surface is None:
+            surface = self._surface = _Surface(self)
+        # chunks bound the peak memory of the word lists (~50 bytes per word)
+        for c0 in range(0, n, self._BULK_CHUNK):
+            chunk = clean[c0 : c0 + self._BULK_CHUNK]
+            joined = _SEP.join(chunk)
+            if joined.isascii() and joined.count("\x01") == len(chunk) - 1:
+                fast = np.arange(c0, c0 + len(chunk), dtype=np.int64)
+            else:
+                fast_list = []
+                for i, t in enumerate(chunk, start=c0):
+                    (fast_list if t.isascii() and "\x01" not in t else slow).append(i)
+                if not fast_list:
+                    continue
+                fast = np.asarray(fast_list, dtype=np.int64)
+                joined = _SEP.join([clean[i] for i in fast_list])
             words = joined.encode("ascii").translate(_ASCII_TABLE).split()
             del joined
-            surface = self._surface
-            if surface is None:
-                surface = self._surface = _Surface(self)
             wid = np.fromiter(map(surface.__getitem__, words), dtype=np.int64, count=len(words))
             del words
-            fast_arr = np.asarray(fast, dtype=np.int64)
             local = np.cumsum(wid == -2)
             complex_mask = wid == -3
             if complex_mask.any():
                 bad_docs = np.unique(local[complex_mask])
-                slow.extend(fast_arr[bad_docs].tolist())
+                slow.extend(fast[bad_docs].tolist())
                 wid[np.isin(local, bad_docs)] = -1
             keep = wid >= 0
-            doc_parts.append(fast_arr[local[keep]])
+            doc_parts.append(fast[local[keep]])
             term_parts.append(wid[keep])
             del wid, local, keep
         for i in sorted(slow):
@@ -719,6 +728,7 @@ class BM25Index:
             norm *= coef
             norm += self.k1 * (1.0 - self.b)
             self._norm = norm
+            self._norm_min = float(norm.min()) if norm.shape[0] else 0.0
             self._norm_key = key
         return self._norm
 
@@ -738,7 +748,7 @@ class BM25Index:
             out.append((slots, tfs, idf * qtf * (self.k1 + 1.0)))
         return out
 
-    def _accumulate(self, query: str | Sequence[str], keep=None) -> tuple[np.ndarray, np.ndarray]:
+    def _accumulate(self, query: str | Sequence[str], keep=None, terms=None) -> tuple[np.ndarray, np.ndarray]:
         """(slots ascending, float64 scores) of live docs matching ``query``.
 
         Per term, ``buf[slots] += w·tf/(tf + norm)`` (a term's slots are distinct, so plain
@@ -746,7 +756,8 @@ class BM25Index:
         doc's score does not depend on how the index was built. ``keep(slots, scores)``
         may return a lower bound below which callers do not need docs (top-k pruning).
         """
-        terms = self._term_weights(query)
+        if terms is None:
+            terms = self._term_weights(query)
         if not terms:
             return _EMPTY_IDS, np.zeros(0, dtype=np.float64)
         n_slots = self._n_slots
@@ -800,6 +811,81 @@ class BM25Index:
         if not live.all():
             slots, scores = slots[live], scores[live]
         return slots, scores
+
+    def _score_by_lookup(self, cand: np.ndarray, terms, norm: np.ndarray) -> np.ndarray:
+        """Exact scores of the (sorted, distinct) slots ``cand``, by binary search in each
+        term's slot-sorted postings; same float operations and term order as ``_accumulate``."""
+        acc = np.zeros(cand.shape[0], dtype=np.float64)
+        nc = norm[cand]
+        for t_slots, t_tfs, w in terms:
+            pos = np.searchsorted(t_slots, cand)
+            np.minimum(pos, t_slots.shape[0] - 1, out=pos)
+            hit = t_slots[pos] == cand
+            tf = np.where(hit, t_tfs[pos], 0).astype(np.float64)
+            c = nc + tf
+            np.divide(tf, c, out=c)
+            c *= w
+            c[~hit] = 0.0
+            acc += c
+        return acc
+
+    def _search_pruned(self, terms, top_k: int, allowed: np.ndarray | None):
+        """MaxScore-style candidate pruning for queries that touch many postings.
+
+        A lower bound θ on the top_k-th score comes from exactly scoring the docs of the
+        rarest terms. Terms whose summed upper bounds stay below θ ("non-essential",
+        typically very common words) cannot lift a doc into the top k on their own, so
+        candidates are the docs of the other terms only; every candidate is then scored
+        exactly over all terms. Returns None when pruning would not pay off.
+        """
+        norm = self._norms()
+        n_slots = self._n_slots
+        by_len = sorted(range(len(terms)), key=lambda i: terms[i][0].shape[0])
+        parts = []
+        size = 0
+        for i in by_len:
+            parts.append(terms[i][0])
+            size += terms[i][0].shape[0]
+            if size >= 4 * top_k:
+                break
+        if size > n_slots // 8 and not self._prune_always:
+            return None
+        sample = np.unique(np.concatenate(parts)) if len(parts) > 1 else parts[0]
+        sample = sample[self._valid_mask(sample, allowed)]
+        if sample.shape[0] < top_k:
+            return None
+        sample_scores = self._score_by_lookup(sample, terms, norm)
+        kth = float(np.partition(sample_scores, sample.shape[0] - top_k)[sample.shape[0] - top_k])
+        theta = float(np.nextafter(np.float32(kth), np.float32(0))) * (1 - 1e-6)
+        if theta <= 0.0:
+            return None
+        min_norm = self._norm_min
+        bounds = []
+        for i, (t_slots, t_tfs, w) in enumerate(terms):
+            mt = float(t_tfs.max())
+            bounds.append((w * mt / (mt + min_norm) * (1 + 1e-9) if mt + min_norm > 0 else w, i))
+        bounds.sort()
+        cum = 0.0
+        essential = []
+        for k, (ub, i) in enumerate(bounds):
+            if cum + ub < theta:
+                cum += ub
+            else:
+                essential = [j for _, j in bounds[k:]]
+                break
+        if len(essential) == len(terms):
+            return None
+        ess_total = sum(terms[i][0].shape[0] for i in essential)
+        if ess_total > n_slots // 4 and not self._prune_always:
+            return None
+        if not essential:  # cannot happen (sample docs score >= θ), kept for safety
+            return None
+        if len(essential) == 1:
+            cand = terms[essential[0]][0].astype(np.int64)
+        else:
+            cand = np.unique(np.concatenate([terms[i][0] for i in essential])).astype(np.int64)
+        cand = cand[self._valid_mask(cand, allowed)]
+        return cand, self._score_by_lookup(cand, terms, norm)
 
     def _valid_mask(self, slots: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
         ok = self._slot_alive[slots]
@@ -857,7 +943,16 @@ class BM25Index:
             kth = float(np.partition(vals, vals.shape[0] - top_k)[vals.shape[0] - top_k])
             return float(np.nextafter(np.float32(kth), np.float32(0))) * (1 - 1e-6)
 
-        slots, scores = self._accumulate(query, keep=lower_bound)
+        terms = self._term_weights(query)
+        if not terms:
+            return _EMPTY_IDS.copy(), _EMPTY_SCORES.copy()
+        pruned = None
+        if len(terms) > 1 and sum(t[0].shape[0] for t in terms) >= self.prune_min_postings:
+            pruned = self._search_pruned(terms, top_k, allowed)
+        if pruned is not None:
+            slots, scores = pruned
+        else:
+            slots, scores = self._accumulate(query, keep=lower_bound, terms=terms)
         if slots.shape[0] == 0:
             return _EMPTY_IDS.copy(), _EMPTY_SCORES.copy()
         docs = self._slot_doc[slots]

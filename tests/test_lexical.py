@@ -177,6 +177,37 @@ def test_ties_deterministic_on_dense_path():
     assert ids2.tolist() == ids.tolist()
 
 
+def test_maxscore_pruning_is_exact():
+    rng = np.random.default_rng(3)
+    common = ["alpha", "beta"]
+    texts = []
+    for i in range(20_000):
+        words = list(rng.choice(common, size=rng.integers(1, 4)))
+        if i % 97 == 0:
+            words.append("rareword")
+        if i % 13 == 0:
+            words.append("midword")
+        texts.append(" ".join(words))
+    ix = BM25Index()
+    ix.add_many(list(enumerate(texts)))
+    for q in ("alpha beta rareword", "rareword alpha", "midword beta rareword", "alpha beta midword"):
+        terms = ix._term_weights(q)
+        for k in (1, 10, 50):
+            pruned = ix._search_pruned(terms, k, None)
+            ix.prune_min_postings = 10**12
+            dense = ix.search(q, top_k=k)
+            ix.prune_min_postings = 0
+            got = ix.search(q, top_k=k)
+            assert got[0].tolist() == dense[0].tolist() and got[1].tolist() == dense[1].tolist()
+            if q.startswith("alpha beta rare") and k <= 10:
+                assert pruned is not None  # the common words were pruned away
+        scores = ix.scores(q)
+        mask = np.arange(20_000) % 3 == 0
+        ids, _ = ix.search(q, top_k=10, allowed=mask)
+        expected = sorted((d for d in scores if mask[d]), key=lambda d: (-np.float32(scores[d]), d))[:10]
+        assert ids.tolist() == expected
+
+
 def test_top_k_validation():
     ix = BM25Index()
     ix.add(0, "x y")
@@ -201,10 +232,12 @@ def test_add_tokens_and_large_sparse_ids():
         ix.add(1, "x", tokens=["x"])
 
 
-def test_add_many_duplicates_last_wins_and_mixed_scripts():
+@pytest.mark.parametrize("chunk", [100_000, 7])
+def test_add_many_duplicates_last_wins_and_mixed_scripts(chunk):
     pairs = [(i, f"doc number{i}") for i in range(100)]
     pairs += [(5, "replaced 生产环境"), (200, "rock''n'roll a''b"), (201, "bell\x01ring"), (202, None)]
     ix = BM25Index()
+    ix._BULK_CHUNK = chunk
     ix.add_many(pairs)
     ref = BM25Index()
     final = dict(pairs)
@@ -265,6 +298,8 @@ ops = st.lists(
 @given(ops=ops, query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4), compact=st.booleans())
 def test_incremental_equals_rebuilt(ops, query, compact):
     ix = BM25Index()
+    ix.prune_min_postings = 0  # exercise the MaxScore path on small corpora too
+    ix._prune_always = True
     if compact:
         ix.compact_min_dead = 0  # compact as soon as dead slots outnumber live ones
     state: dict[int, str] = {}
@@ -298,9 +333,13 @@ def test_incremental_equals_rebuilt(ops, query, compact):
     query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
     mask_bits=st.lists(st.booleans(), min_size=0, max_size=100),
     top_k=st.integers(1, 20),
+    prune=st.booleans(),
 )
-def test_search_matches_brute_force(corpus, query, mask_bits, top_k):
+def test_search_matches_brute_force(corpus, query, mask_bits, top_k, prune):
     ix = BM25Index()
+    if prune:
+        ix.prune_min_postings = 0
+        ix._prune_always = True
     ix.add_many(list(enumerate(corpus)))
     allowed = np.array(mask_bits, dtype=bool)
     q = " ".join(query)
