@@ -325,6 +325,8 @@ class CausalGraph:
         energy: list[float] = []
         for item in pairs:
             try:
+                if isinstance(item, (str, bytes)):
+                    raise TypeError
                 nid, e = item
             except (TypeError, ValueError):
                 raise ValueError(
