@@ -17,9 +17,15 @@ Index layout
     the doc)). Postings hold slots. A bulk build (``add_many`` of many docs, or a compaction
     once half the slots are dead) lays all postings out in one term-major array ("base");
     a term written to afterwards gets its own growable array (amortised doubling) that
-    starts as a copy of its base slice. Scoring gathers the query terms' postings, computes
-    the BM25 contributions vectorised, sums them per slot with ``np.bincount`` and selects
-    the top k with ``np.partition``.
+    starts as a copy of its base slice; every posting list stays sorted by slot. Scoring
+    computes the BM25 contributions of each query term vectorised and adds them into a
+    reused dense buffer (or, for few postings, sorts and segment-sums them), then selects
+    the top k with ``np.partition``; a lower bound from the rarest terms' docs skips the
+    scan of low scores. Queries that touch many postings first try MaxScore pruning:
+    very common terms whose summed upper bounds cannot reach that lower bound only
+    contribute to candidates found through the other terms (by binary search). Results
+    are exact either way, and contributions are always summed in query-term order so a
+    score does not depend on how the index was built.
 
 Not thread-safe: the caller holds a lock.
 """
