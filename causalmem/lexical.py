@@ -249,8 +249,8 @@ def _check_doc_id(doc_id: int) -> int:
     if isinstance(doc_id, (bool, np.bool_)) or not isinstance(doc_id, (int, np.integer)):
         raise TypeError(f"doc_id must be a non-negative int, got {type(doc_id).__name__}")
     doc_id = int(doc_id)
-    if doc_id < 0 or doc_id >= 1 << 40:
-        raise ValueError(f"doc_id must be in [0, 2**40), got {doc_id}")
+    if doc_id < 0 or doc_id >= 1 << 31:
+        raise ValueError(f"doc_id must be in [0, 2**31), got {doc_id}")
     return doc_id
 
 
@@ -298,7 +298,9 @@ class BM25Index:
     """Incremental Okapi BM25 (k1 1.2, b 0.75, IDF ln(1 + (N - df + .5)/(df + .5))).
 
     ``N`` and ``avgdl`` are taken over live documents; a document whose text has no token
-    still counts as a live document of length 0 (rank-bm25 does the same).
+    still counts as a live document of length 0 (rank-bm25 does the same). Doc ids are
+    ints in [0, 2**31); the id -> slot map is a dense array, so memory grows with the
+    largest id (8 bytes per id), which suits SQLite row ids.
     """
 
     #: dead slots are dropped once they outnumber the live ones and exceed this count
@@ -441,9 +443,9 @@ class BM25Index:
                 _check_doc_id(d)
             raise TypeError("doc ids must be ints")
         ids = ids.astype(np.int64, copy=False)
-        if ids.shape[0] and (ids.min() < 0 or ids.max() >= 1 << 40):
-            bad = int(ids[(ids < 0) | (ids >= 1 << 40)][0])
-            raise ValueError(f"doc_id must be in [0, 2**40), got {bad}")
+        if ids.shape[0] and (ids.min() < 0 or ids.max() >= 1 << 31):
+            bad = int(ids[(ids < 0) | (ids >= 1 << 31)][0])
+            raise ValueError(f"doc_id must be in [0, 2**31), got {bad}")
         texts = [t for _, t in items]
         uniq, first_rev = np.unique(ids[::-1], return_index=True)
         if uniq.shape[0] != ids.shape[0]:  # duplicates: keep the last occurrence

@@ -298,7 +298,8 @@ class VectorIndex:
     """Exact cosine search over L2-normalised float32 rows keyed by int doc ids.
 
     Rows live densely in a growable matrix; removing a row moves the last row into its
-    place, so search always scans exactly the live rows. Not thread-safe (the caller
+    place, so search always scans exactly the live rows. Ids are ints in [0, 2**31) (the
+    id -> row map is dense, 8 bytes per id up to the largest). Not thread-safe (the caller
     holds a lock).
     """
 
@@ -332,8 +333,8 @@ class VectorIndex:
         if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
             raise TypeError("ids must be ints or a 1-D integer array")
         arr = arr.astype(np.int64, copy=False)
-        if arr.size and (arr.min() < 0 or arr.max() >= 1 << 40):
-            raise ValueError("ids must be in [0, 2**40)")
+        if arr.size and (arr.min() < 0 or arr.max() >= 1 << 31):
+            raise ValueError("ids must be in [0, 2**31)")
         return arr
 
     def _check_vecs(self, vecs: Any, n: int) -> np.ndarray:

@@ -218,6 +218,10 @@ def test_top_k_validation():
         ix.search("x", top_k=1.5)
     with pytest.raises(ValueError):
         ix.add(-1, "x")
+    with pytest.raises(ValueError):
+        ix.add(2**31, "x")
+    with pytest.raises(ValueError):
+        ix.add_many([(i, "x") for i in range(63)] + [(2**31, "y")])
     with pytest.raises(TypeError):
         ix.add("a", "x")
 

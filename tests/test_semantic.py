@@ -155,6 +155,10 @@ def test_vector_index_allowed_mask_and_ties():
         ix.search(np.ones(5))
     with pytest.raises(ValueError):
         ix.add([1], np.ones((1, 3)))
+    with pytest.raises(ValueError):
+        ix.add([2**31], np.ones((1, 4)))
+    with pytest.raises(ValueError):
+        ix.add([1], np.full((1, 4), np.nan))
     assert ix.search(v, top_k=0)[0].size == 0
     assert VectorIndex(4).search(v)[0].size == 0
 
