@@ -23,18 +23,21 @@ _POS_EN = (
 _NEG_ZH = ("失败", "报错", "错误", "崩溃", "超时", "宕机", "故障", "死锁", "泄漏", "回滚", "漏洞", "异常", "卡死", "丢失")
 _POS_ZH = ("成功", "修复", "解决", "通过", "稳定", "恢复", "正常", "提升", "加快", "顺利")
 
-_NEG_RE = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in _NEG_EN) + r")", re.IGNORECASE)
-_POS_RE = re.compile(r"\b(?:" + "|".join(re.escape(w.strip()) for w in _POS_EN) + r")", re.IGNORECASE)
-_NEGATED_NEG = re.compile(r"\b(?:no|without|zero|never|avoid(?:ed)?|prevent(?:ed)?)\s+(?:\w+\s+){0,1}?"
+_NEG_RE = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in _NEG_EN) + r")|" + "|".join(_NEG_ZH), re.IGNORECASE)
+_POS_RE = re.compile(r"\b(?:" + "|".join(re.escape(w.strip()) for w in _POS_EN) + r")|" + "|".join(_POS_ZH),
+                     re.IGNORECASE)
+# "no errors", "without downtime", "prevented a crash": a negative word that was negated counts as positive.
+_NEGATED_NEG = re.compile(r"\b(?:no|without|zero|never|avoid(?:ed)?|prevent(?:ed)?)\s+(?:\w+\s+)?"
                           r"(?:fail|error|crash|timeout|downtime|outage|bug|regression|incident)", re.IGNORECASE)
 
 
 def guess_polarity(text: str) -> str | None:
     """positive | negative | mixed from keywords (English and Chinese); None if no signal."""
     t = text or ""
-    scrubbed = _NEGATED_NEG.sub(" ok ", t)
-    neg = len(_NEG_RE.findall(scrubbed)) + sum(t.count(w) for w in _NEG_ZH)
-    pos = len(_POS_RE.findall(t)) + sum(t.count(w) for w in _POS_ZH) + (len(_NEGATED_NEG.findall(t)))
+    negated = len(_NEGATED_NEG.findall(t))
+    scrubbed = _NEGATED_NEG.sub(" ok ", t) if negated else t
+    neg = len(_NEG_RE.findall(scrubbed))
+    pos = len(_POS_RE.findall(t)) + negated
     if neg and pos:
         return "mixed" if neg == pos else ("negative" if neg > pos else "positive")
     if neg:

@@ -136,15 +136,16 @@ class Memory:
         self._sync_external()
         if self._chunks is None or self._lexical is None:
             table = ChunkTable()
-            pairs: list[tuple[int, str]] = []
-            for (nid, kind, created, event, q, imp, user, agent, run, session, alive, text) in \
-                    self._store.iter_chunk_columns():
-                table.set(nid, kind=kind, created_at=created, event_time=event, q=q, importance=imp,
-                          user_id=user, agent_id=agent, run_id=run, session_id=session, alive=bool(alive))
-                if alive:
-                    pairs.append((nid, text))
             index = BM25Index()
-            index.add_many(pairs)
+            batch: list[tuple] = []
+            for row in self._store.iter_chunk_columns():
+                batch.append(row)
+                if len(batch) == 50000:
+                    table.load(batch)
+                    index.add_many([(r[0], r[11]) for r in batch if r[10]])
+                    batch = []
+            table.load(batch)
+            index.add_many([(r[0], r[11]) for r in batch if r[10]])
             self._chunks, self._lexical = table, index
         return self._chunks, self._lexical
 
@@ -246,7 +247,6 @@ class Memory:
         nid, cid = self._store.insert_chunk(
             text=text, kind=kind, created_at=now, q_value=q0, event_time=event_time, user_id=scope[0],
             agent_id=scope[1], run_id=scope[2], session_id=session_id, metadata=metadata)
-        self._store.add_history(nid, "create", text, now)
         self._after_chunk_insert(fx, nid, text, kind, now, event_time, q0, scope, session_id, vec)
         return nid, cid, True
 
@@ -286,30 +286,94 @@ class Memory:
             raise TypeError(f"task_tag must be a string or None, got {type(task_tag).__name__}")
         scope = (ingest.check_scope_value(user_id, "user_id"), ingest.check_scope_value(agent_id, "agent_id"),
                  ingest.check_scope_value(run_id, "run_id"))
+        if decision == outcome:
+            raise ValueError("decision and outcome are the same text; an edge needs two different chunks")
         return dict(decision=decision, outcome=outcome, rel=rel, subtype=subtype, source=source,
                     confidence=confidence, polarity=polarity, task_tag=task_tag,
                     event_time=to_timestamp(event_time, name="event_time"), scope=scope)
 
-    def _record(self, fx: list, a: dict, vecs: dict[str, np.ndarray] | None = None) -> Edge:
+    def _record_batch(self, fx: list, items: Sequence[dict], vecs: dict[str, np.ndarray] | None = None) -> list[Edge]:
+        """Write validated decision→outcome items in the current transaction, in bulk."""
         vecs = vecs or {}
-        polarity = a["polarity"] if a["polarity"] is not None else ingest.guess_polarity(a["outcome"])
-        d_nid, d_id, _ = self._get_or_create_chunk(fx, a["decision"], "decision", a["scope"],
-                                                   event_time=a["event_time"], vec=vecs.get(a["decision"]))
-        o_nid, o_id, _ = self._get_or_create_chunk(fx, a["outcome"], "outcome", a["scope"],
-                                                   event_time=a["event_time"], vec=vecs.get(a["outcome"]))
-        if d_nid == o_nid:
-            raise ValueError("decision and outcome are the same text; an edge needs two different chunks")
-        eid, edge_id = self._insert_edge(
-            fx, d_nid, o_nid, a["rel"], confidence=a["confidence"], source=a["source"], polarity=polarity,
-            task_tag=a["task_tag"], event_time=a["event_time"], subtype=a["subtype"])
-        # Contradiction fast path (rule judge): a new success retires older failures of the same decision.
-        if a["rel"].value in _EXCITATORY and polarity == "positive":
-            for old_eid, old_id, old_dst, old_pol, _rel in self._store.valid_out_edges_with_polarity(
-                    d_nid, _EXCITATORY):
-                if old_eid != eid and old_pol == "negative" and old_dst != o_nid:
-                    self._invalidate_eid(fx, old_eid, f"superseded by {edge_id} (rule: new success)", edge_id)
+        now = self.now()
+        q0 = self.config.q_init
+        # 1. chunks: reuse by exact text within scope, create the rest in one statement
+        keys: dict[tuple[str, tuple], str] = {}
+        for a in items:
+            keys.setdefault((a["decision"], a["scope"]), "decision")
+            keys.setdefault((a["outcome"], a["scope"]), "outcome")
+        found = self._store.find_reusable_chunks(list(keys))
+        new_keys = [k for k in keys if k not in found]
+        created = self._store.insert_chunks_bulk([
+            {"text": t, "kind": keys[(t, sc)], "created_at": now, "event_time": None, "q_value": q0,
+             "user_id": sc[0], "agent_id": sc[1], "run_id": sc[2]} for t, sc in new_keys])
+        chunk_of = dict(found)
+        chunk_of.update(zip(new_keys, created))
+        emb_rows = []
+        if self.embedder is not None:
+            from .semantic import vector_to_blob
+
+            emb = self.embedder
+            emb_rows = [(nid, emb.model_name, emb.dim, text_hash(t), vector_to_blob(vecs[t]))
+                        for (t, _sc), (nid, _cid) in zip(new_keys, created) if t in vecs]
+            self._store.put_embeddings(emb_rows)
+        # 2. edges
+        rows = []
+        for a in items:
+            d_nid = chunk_of[(a["decision"], a["scope"])][0]
+            o_nid = chunk_of[(a["outcome"], a["scope"])][0]
+            polarity = a["polarity"] if a["polarity"] is not None else ingest.guess_polarity(a["outcome"])
+            rows.append({"src": d_nid, "dst": o_nid, "relation": a["rel"], "subtype": a["subtype"],
+                         "confidence": a["confidence"], "source": a["source"], "polarity": polarity,
+                         "task_tag": a["task_tag"], "event_time": a["event_time"], "discovered_at": now})
+        inserted = self._store.insert_edges_bulk(rows)
+        # 3. contradiction fast path (rule judge): a new success retires older failures of the same decision
+        failures: dict[int, list[tuple[int, str, int]]] | None = None
+        for r, (eid, edge_id) in zip(rows, inserted):
+            if r["relation"].value not in _EXCITATORY:
+                continue
+            if failures is None:  # older failures only: this batch's own edges are added in order below
+                first_new = inserted[0][0]
+                failures = {src: [f for f in lst if f[0] < first_new] for src, lst in
+                            self._store.negative_excitatory_out_edges(
+                                [x["src"] for x in rows if x["relation"].value in _EXCITATORY
+                                 and x["polarity"] == "positive"]).items()}
+            if r["polarity"] == "positive":
+                keep = []
+                for old_eid, _old_id, old_dst in failures.get(r["src"], []):
+                    if old_dst != r["dst"]:
+                        self._invalidate_eid(fx, old_eid, f"superseded by {edge_id} (rule: new success)", edge_id)
+                    else:
+                        keep.append((old_eid, _old_id, old_dst))
+                failures[r["src"]] = keep
+            elif r["polarity"] == "negative":
+                failures.setdefault(r["src"], []).append((eid, edge_id, r["dst"]))
+        # 4. in-memory views, after commit
+        new_chunks = [(nid, t, keys[(t, sc)], sc) for (t, sc), (nid, _c) in zip(new_keys, created)]
+        new_vecs = {nid: vecs[t] for nid, t, _k, _sc in new_chunks if t in vecs}
+
+        def apply() -> None:
+            if self._chunks is not None:
+                for nid, _t, kind, sc in new_chunks:
+                    self._chunks.set(nid, kind=kind, created_at=now, event_time=None, q=q0, importance=5.0,
+                                     user_id=sc[0], agent_id=sc[1], run_id=sc[2], session_id=None)
+            if self._lexical is not None:
+                self._lexical.add_many([(nid, t) for nid, t, _k, _sc in new_chunks])
+            if self._vectors is not None and new_vecs:
+                self._vectors.add(np.fromiter(new_vecs, dtype=np.int64, count=len(new_vecs)),
+                                  np.vstack(list(new_vecs.values())))
+            if new_chunks:
+                self._projection.n_nodes = max(self._projection.n_nodes, new_chunks[-1][0] + 1)
+            for r, (eid, _e) in zip(rows, inserted):
+                self._projection.edge_added(eid, r["src"], r["dst"], r["relation"], r["confidence"])
+
+        fx.append(apply)
         self._count_write(fx)
-        return row_to_edge(self._store.edge_row(edge_id))
+        ids = {nid: cid for nid, cid in chunk_of.values()}
+        return [Edge(id=edge_id, src=ids[r["src"]], dst=ids[r["dst"]], relation=r["relation"].value,
+                     confidence=r["confidence"], source=r["source"], polarity=r["polarity"], task_tag=r["task_tag"],
+                     event_time=r["event_time"], valid=True, superseded_by=None, discovered_at=now,
+                     subtype=r["subtype"]) for r, (_eid, edge_id) in zip(rows, inserted)]
 
     def record_decision(self, decision: str, outcome: str, *, relation: str = "caused",
                         source: str = "llm_inferred", confidence: float | None = None,
@@ -321,7 +385,7 @@ class Memory:
                                    event_time, user_id, agent_id, run_id)
         vecs = self._vectors_for([decision, outcome])
         with self._write() as fx:
-            return self._record(fx, a, vecs)
+            return self._record_batch(fx, [a], vecs)[0]
 
     def record_many(self, items: Iterable[Any]) -> list[Edge]:
         """Record many decision→outcome pairs in one transaction (all or nothing)."""
@@ -351,7 +415,7 @@ class Memory:
         texts = list(dict.fromkeys(t for a in parsed for t in (a["decision"], a["outcome"])))
         vecs = self._vectors_for(texts)
         with self._write() as fx:
-            return [self._record(fx, a, vecs) for a in parsed]
+            return self._record_batch(fx, parsed, vecs)
 
     def _vectors_for(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
         if self.embedder is None or not texts:
@@ -500,7 +564,9 @@ class Memory:
     def history(self, chunk_id: str) -> list[dict]:
         """Events of a chunk: create, update (old → new text), delete; oldest first."""
         row = self._require_chunk(chunk_id)
-        return [{"event": e, "old_text": o, "new_text": n, "at": at} for e, o, n, at in self._store.history(row[0])]
+        events = [{"event": e, "old_text": o, "new_text": n, "at": at} for e, o, n, at in self._store.history(row[0])]
+        first_text = next((e["old_text"] for e in events if e["event"] == "update"), row[2])
+        return [{"event": "create", "old_text": None, "new_text": first_text, "at": row[6]}] + events
 
     # ------------------------------------------------------------------ conversation ingest
     def add(self, messages: Any, *, user_id: str | None = None, agent_id: str | None = None,
@@ -564,7 +630,7 @@ class Memory:
                     rel = "caused"
                 a = self._validated_record(decision, text, rel, "distill", None, None, getattr(item, "task_tag", None),
                                            et, *scope)
-                self._record(fx, a)
+                self._record_batch(fx, [a])
             elif kind in ("fact", "lesson"):
                 self._get_or_create_chunk(fx, text, kind, scope, event_time=et, metadata={"source": "distill"})
 

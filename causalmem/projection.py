@@ -269,6 +269,27 @@ class ChunkTable:
         self.kind[nid] = self.code("kind", kind, create=True)
         self._changed()
 
+    def load(self, rows: list[tuple]) -> None:
+        """Bulk fill from (nid, kind, created, event, q, importance, user, agent, run, session, alive) rows."""
+        if not rows:
+            return
+        cols = list(zip(*rows))
+        nids = np.asarray(cols[0], dtype=np.int64)
+        self._ensure(int(nids.max()) + 1)
+        self.n = max(self.n, int(nids.max()) + 1)
+        self.created_at[nids] = np.asarray(cols[2], dtype=np.float64)
+        self.event_time[nids] = np.asarray([np.nan if v is None else v for v in cols[3]], dtype=np.float64)
+        self.q[nids] = np.asarray(cols[4], dtype=np.float32)
+        self.importance[nids] = np.asarray(cols[5], dtype=np.float32)
+        self.alive[nids] = np.asarray(cols[10], dtype=bool)
+        for column, values in (("kind", cols[1]), ("user", cols[6]), ("agent", cols[7]), ("run", cols[8]),
+                               ("session", cols[9])):
+            table = self._codes[column]
+            for v in set(values) - table.keys():
+                table[v] = len(table)
+            getattr(self, column)[nids] = np.fromiter((table[v] for v in values), dtype=np.int64, count=len(values))
+        self._changed()
+
     def kill(self, nid: int) -> None:
         if nid < self.n:
             self.alive[nid] = False

@@ -37,7 +37,7 @@ MIGRATIONS: list[tuple[str, str]] = [
             nid INTEGER PRIMARY KEY,
             id TEXT NOT NULL UNIQUE,
             text TEXT NOT NULL,
-            text_hash TEXT NOT NULL,
+            text_hash INTEGER NOT NULL,
             kind TEXT NOT NULL,
             created_at REAL NOT NULL,
             event_time REAL,
@@ -102,7 +102,7 @@ MIGRATIONS: list[tuple[str, str]] = [
             nid INTEGER PRIMARY KEY REFERENCES chunks(nid),
             model TEXT NOT NULL,
             dim INTEGER NOT NULL,
-            text_hash TEXT NOT NULL,
+            text_hash INTEGER NOT NULL,
             vector BLOB NOT NULL
         );
         CREATE TABLE IF NOT EXISTS chunk_history (
@@ -135,12 +135,30 @@ EDGE_COLS = (
 EDGE_FROM = "edges e JOIN chunks s ON s.nid = e.src JOIN chunks d ON d.nid = e.dst"
 
 
-def text_hash(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+def text_hash(text: str) -> int:
+    """64-bit hash of the text as a signed integer: a compact key for exact-reuse lookups
+    (the text itself is compared after the lookup, so a collision cannot merge two texts)."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little", signed=True)
 
 
 def new_id() -> str:
-    return uuid.uuid4().hex
+    return new_ids(1)[0]
+
+
+_id_lock = threading.Lock()
+_id_last = [0]
+
+
+def new_ids(n: int) -> list[str]:
+    """``n`` unique 32-hex-digit ids, time-ordered like UUIDv7 (64-bit ns clock + 64 random bits).
+
+    Time order keeps inserts at the end of the UNIQUE index instead of scattering them across it,
+    which is what makes bulk writes fast on a large store."""
+    with _id_lock:
+        start = max(time.time_ns(), _id_last[0] + 1)
+        _id_last[0] = start + n
+    raw = os.urandom(8 * n).hex()
+    return [f"{start + i:016x}{raw[16 * i: 16 * (i + 1)]}" for i in range(n)]
 
 
 def row_to_chunk(row: Sequence[Any]) -> Chunk:
@@ -348,6 +366,66 @@ class Store(LearningStoreMixin):
              agent_id, run_id, session_id, json.dumps(metadata or {}, ensure_ascii=False)),
         )
         return cur.lastrowid, cid
+
+    def find_reusable_chunks(self, keys: Sequence[tuple[str, tuple]]) -> dict[tuple[str, tuple], tuple[int, str]]:
+        """Bulk form of ``find_reusable_chunk``: {(text, scope): (nid, id)} for the keys that exist."""
+        by_scope: dict[tuple, dict[str, str]] = {}
+        for text, scope in keys:
+            by_scope.setdefault(scope, {})[text_hash(text)] = text
+        out: dict[tuple[str, tuple], tuple[int, str]] = {}
+        for scope, hashes in by_scope.items():
+            hs = list(hashes)
+            for i in range(0, len(hs), 500):
+                part = hs[i:i + 500]
+                q = ",".join("?" * len(part))
+                rows = self.query(
+                    f"SELECT nid, id, text FROM chunks INDEXED BY chunks_reuse WHERE text_hash IN ({q}) AND user_id IS ? AND agent_id IS ? "
+                    f"AND run_id IS ? AND kind != 'turn' AND valid_to IS NULL ORDER BY nid", (*part, *scope))
+                for nid, cid, t in rows:
+                    out.setdefault((t, scope), (nid, cid))
+        return out
+
+    def insert_chunks_bulk(self, rows: Sequence[dict]) -> list[tuple[int, str]]:
+        """Insert chunks with consecutive nids (caller holds the write transaction)."""
+        if not rows:
+            return []
+        base = self.conn.execute("SELECT COALESCE(MAX(nid), 0) FROM chunks").fetchone()[0]
+        ids = new_ids(len(rows))
+        self.conn.executemany(
+            "INSERT INTO chunks (nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, "
+            "user_id, agent_id, run_id, session_id, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [(base + 1 + i, ids[i], r["text"], text_hash(r["text"]), r["kind"], r["created_at"], r.get("event_time"),
+              r["q_value"], r.get("importance", 5.0), r.get("user_id"), r.get("agent_id"), r.get("run_id"),
+              r.get("session_id"), json.dumps(r["metadata"], ensure_ascii=False) if r.get("metadata") else "{}")
+             for i, r in enumerate(rows)])
+        return [(base + 1 + i, ids[i]) for i in range(len(rows))]
+
+    def insert_edges_bulk(self, rows: Sequence[dict]) -> list[tuple[int, str]]:
+        """Insert edges with consecutive eids (caller holds the write transaction)."""
+        if not rows:
+            return []
+        base = self.conn.execute("SELECT COALESCE(MAX(eid), 0) FROM edges").fetchone()[0]
+        ids = new_ids(len(rows))
+        self.conn.executemany(
+            "INSERT INTO edges (eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, "
+            "task_tag, event_time, discovered_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [(base + 1 + i, ids[i], r["src"], r["dst"], r["relation"].value, r["relation"].code, r.get("subtype"),
+              r["confidence"], r["source"], r.get("polarity"), r.get("task_tag"), r.get("event_time"),
+              r["discovered_at"]) for i, r in enumerate(rows)])
+        return [(base + 1 + i, ids[i]) for i in range(len(rows))]
+
+    def negative_excitatory_out_edges(self, srcs: Sequence[int]) -> dict[int, list[tuple[int, str, int]]]:
+        """src -> [(eid, id, dst)] of its valid caused/enabled edges with a negative outcome."""
+        out: dict[int, list[tuple[int, str, int]]] = {}
+        srcs = sorted({int(s) for s in srcs})
+        for i in range(0, len(srcs), 500):
+            part = srcs[i:i + 500]
+            q = ",".join("?" * len(part))
+            for eid, eid_s, src, dst in self.query(
+                    f"SELECT eid, id, src, dst FROM edges WHERE src IN ({q}) AND valid_to IS NULL AND "
+                    f"relation IN ('caused', 'enabled') AND polarity = 'negative' ORDER BY eid", part):
+                out.setdefault(src, []).append((eid, eid_s, dst))
+        return out
 
     def chunk_row(self, chunk_id: str) -> tuple | None:
         rows = self.query(f"SELECT {CHUNK_COLS} FROM chunks WHERE id = ?", (chunk_id,))
