@@ -97,6 +97,15 @@ def test_resolve_auto_without_packaged_model(monkeypatch, caplog):
     assert "semantic channel off" in caplog.text
 
 
+def test_missing_sentence_transformers_is_a_clear_error(monkeypatch, caplog):
+    monkeypatch.setattr(semantic, "_sentence_transformers_available", lambda: False)
+    with pytest.raises(ImportError, match="sentence-transformers"):
+        SentenceTransformerEmbedder()
+    with caplog.at_level(logging.INFO, logger="causalmem"):
+        assert resolve_embedder("auto") is None
+    assert "not installed" in caplog.text
+
+
 def test_custom_embedder_object_accepted():
     class Fixed:
         model_name = "fixed"
