@@ -589,31 +589,60 @@ class Memory:
         session = session_id or uuid.uuid4().hex
         texts = [t if s is None or t.startswith(f"{s}:") else f"{s}: {t}" for s, t, _ in turns]
         vecs = self._encode(texts)
-        ids: list[str] = []
+        rows = []
+        for i, ((speaker, _t, extra), text) in enumerate(zip(turns, texts)):
+            meta = dict(metadata or {})
+            meta.update({k: v for k, v in extra.items() if _jsonable(v)})
+            if speaker is not None:
+                meta.setdefault("speaker", speaker)
+            turn_time = et
+            for key in ("event_time", "timestamp", "time"):
+                if key in extra:
+                    turn_time = to_timestamp(extra[key], name=f"messages[{i}].{key}")
+                    break
+            rows.append({"text": text, "kind": "turn", "event_time": turn_time, "q_value": self.config.q_init,
+                         "user_id": scope[0], "agent_id": scope[1], "run_id": scope[2], "session_id": session,
+                         "metadata": meta})
         with self._write() as fx:
+            now = self.now()
+            for r in rows:
+                r["created_at"] = now
             prev = self._store.previous_turn(session, *scope)
-            for i, ((speaker, _t, extra), text) in enumerate(zip(turns, texts)):
-                meta = dict(metadata or {})
-                meta.update({k: v for k, v in extra.items() if _jsonable(v)})
-                if speaker is not None:
-                    meta.setdefault("speaker", speaker)
-                turn_time = et
-                for key in ("event_time", "timestamp", "time"):
-                    if key in extra:
-                        turn_time = to_timestamp(extra[key], name=f"messages[{i}].{key}")
-                        break
-                nid, cid, _ = self._get_or_create_chunk(
-                    fx, text, "turn", scope, event_time=turn_time, session_id=session, metadata=meta,
-                    vec=None if vecs is None else vecs[i], reuse=False)
-                if prev is not None:
-                    self._insert_edge(fx, prev, nid, Relation.TEMPORAL, confidence=1.0, source="temporal",
-                                      polarity=None, task_tag=None, event_time=turn_time)
-                prev = nid
-                ids.append(cid)
+            created = self._store.insert_chunks_bulk(rows)
+            nids = [nid for nid, _ in created]
+            if vecs is not None:
+                from .semantic import vector_to_blob
+
+                emb = self.embedder
+                self._store.put_embeddings((nid, emb.model_name, emb.dim, text_hash(r["text"]), vector_to_blob(v))
+                                           for nid, r, v in zip(nids, rows, vecs))
+            chain = ([prev] if prev is not None else []) + nids
+            edge_rows = [{"src": a, "dst": b, "relation": Relation.TEMPORAL, "confidence": 1.0, "source": "temporal",
+                          "event_time": r["event_time"], "discovered_at": now}
+                         for a, b, r in zip(chain, chain[1:], rows[len(rows) - len(chain) + 1:])]
+            inserted = self._store.insert_edges_bulk(edge_rows)
             if distilled:
                 self._apply_distilled(fx, distilled, scope, et)
+
+            def apply() -> None:
+                if self._chunks is not None:
+                    for nid, r in zip(nids, rows):
+                        self._chunks.set(nid, kind="turn", created_at=now, event_time=r["event_time"],
+                                         q=r["q_value"], importance=5.0, user_id=scope[0], agent_id=scope[1],
+                                         run_id=scope[2], session_id=session)
+                if self._lexical is not None:
+                    self._lexical.add_many([(nid, r["text"]) for nid, r in zip(nids, rows)])
+                if self._vectors is not None and vecs is not None:
+                    self._vectors.add(np.asarray(nids, dtype=np.int64), vecs)
+                self._projection.n_nodes = max(self._projection.n_nodes, nids[-1] + 1)
+                for er, (eid, _e) in zip(edge_rows, inserted):
+                    self._projection.edge_added(eid, er["src"], er["dst"], Relation.TEMPORAL, 1.0)
+
+            fx.append(apply)
             self._count_write(fx)
-        return [self.get(c) for c in ids]
+        return [Chunk(id=cid, text=r["text"], kind="turn", q_value=r["q_value"], importance=5.0, created_at=now,
+                      event_time=r["event_time"], user_id=scope[0], agent_id=scope[1], run_id=scope[2],
+                      session_id=session, metadata=r["metadata"]) for (_nid, cid), r in zip(created, rows)]
 
     def _apply_distilled(self, fx: list, items: Sequence[Any], scope: tuple, et: float | None) -> None:
         for item in items:
