@@ -17,8 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .memory import Memory
 
 CHANNELS = ("lexical", "semantic", "graph")
-FUSIONS = ("auto", "rrf", "hybrid")
-DEFAULT_FUSION = "hybrid"
+FUSIONS = ("auto", "rrf", "hybrid", "blend")
+DEFAULT_FUSION = "blend"
 SUPERSEDED_PENALTY = 0.5
 _DAY = 86400.0
 
@@ -34,6 +34,16 @@ class RetrievalParams:
     w_vec: float = 0.3
     w_lex: float = 0.18
     w_importance: float = 0.1
+    # "blend" fusion: score-level mix of max-normalised BM25 and raw cosine, plus a graph bonus.
+    blend_lex: float = 1.0        # weight of BM25 / best BM25 of the query
+    blend_vec: float = 2.0        # weight of the cosine (MiniLM cosines are compressed: weigh them up)
+    blend_seeds: int = 20         # best fused candidates that seed the spreading
+    # Graph bonus per unit of seed score. A temporal hop carries decay 0.6 x (1 - teleport 0.15) x
+    # coefficient 0.2 ~ 0.10 of a seed's energy (x (0.5 + 0.5 Q) = 0.75 at the default Q), so 5.0
+    # gives the turn after a hit ~0.4 of the hit's score and 2.5 gives the turn before it ~0.2:
+    # answers tend to follow the turn that matches the question.
+    graph_forward: float = 5.0
+    graph_backward: float = 2.5
 
 
 PARAMS = RetrievalParams()
@@ -115,26 +125,29 @@ def search(mem: "Memory", query: Any, *, top_k: int = 10, user_id=None, agent_id
         vec_rank = {int(i): r for r, i in enumerate(vec_ids)}
         act: dict[int, float] = {}
         seeds: dict[int, float] = {}
-        if "graph" in chans and (lex_norm or cos):
-            for ids, sig in ((lex_ids[: p.graph_seeds], lex_norm), (vec_ids[: p.graph_seeds], cos)):
-                for i in ids:
-                    i = int(i)
-                    seeds[i] = max(seeds.get(i, 0.0), sig[i])
-            act = _graph_channel(mem, table, seeds, mask)
-        # -- fusion ---------------------------------------------------------------
-        cand = set(lex_norm) | set(cos) | set(act)
-        if not cand:
-            return []
-        nids = np.fromiter(cand, dtype=np.int64, count=len(cand))
-        if fusion == "rrf":
-            scores = _rrf(nids, lex_rank, vec_rank, act, p.rrf_k)
+        if fusion == "blend":
+            nids, scores, seeds, act = _blend(mem, table, mask, chans, qvec, lex_norm, cos, p)
+            if not len(nids):
+                return []
         else:
-            if qvec is not None:
-                missing = [int(n) for n in nids if int(n) not in cos]
-                if missing and mem._vectors is not None:
-                    cos.update(mem._vectors.cosine(qvec[0], np.asarray(missing, dtype=np.int64)))
-            scores = _hybrid(nids, lex_norm if "lexical" in chans else None, cos if qvec is not None else None,
-                             act if "graph" in chans else None, table, mem.now(), p)
+            if "graph" in chans and (lex_norm or cos):
+                for ids, sig in ((lex_ids[: p.graph_seeds], lex_norm), (vec_ids[: p.graph_seeds], cos)):
+                    for i in ids:
+                        i = int(i)
+                        seeds[i] = max(seeds.get(i, 0.0), sig[i])
+                act = _graph_channel(mem, table, seeds, mask)
+            # -- rank / score fusion ----------------------------------------------------
+            cand = set(lex_norm) | set(cos) | set(act)
+            if not cand:
+                return []
+            nids = np.fromiter(cand, dtype=np.int64, count=len(cand))
+            if fusion == "rrf":
+                scores = _rrf(nids, lex_rank, vec_rank, act, p.rrf_k)
+            else:
+                if qvec is not None:
+                    _fill_cosines(mem, qvec[0], nids, cos)
+                scores = _hybrid(nids, lex_norm if "lexical" in chans else None, cos if qvec is not None else None,
+                                 act if "graph" in chans else None, table, mem.now(), p)
         order = np.lexsort((nids, -scores))
         pre = nids[order[: top_k * 3]]
         sup = mem._store.superseded_chunks(pre.tolist())
@@ -170,6 +183,100 @@ def search(mem: "Memory", query: Any, *, top_k: int = 10, user_id=None, agent_id
         if reinforce and hits:
             _reinforce(mem, [n for n in chosen if n in rows])
         return hits
+
+
+def _fill_cosines(mem: "Memory", qv: np.ndarray, nids, cos: dict[int, float]) -> None:
+    """Exact cosines for candidates the semantic channel did not return itself."""
+    missing = [int(n) for n in nids if int(n) not in cos]
+    if missing and mem._vectors is not None:
+        got = mem._vectors.cosine(qv, np.asarray(missing, dtype=np.int64))
+        if isinstance(got, Mapping):
+            cos.update(got)
+        else:  # array aligned with ``missing``, NaN = no vector
+            cos.update((n, float(c)) for n, c in zip(missing, np.asarray(got).tolist()) if c == c)
+
+
+def _blend(mem: "Memory", table, mask: np.ndarray, chans: tuple[str, ...], qvec, lex_norm: dict[int, float],
+           cos: dict[int, float], p: RetrievalParams):
+    """Score-level fusion ("blend", the default).
+
+    base = (a*BM25/best BM25 + b*cosine) / (a + b) over the union of the channels' candidates,
+    shifted so that the weakest candidate scores 0 (``energy``). The best ``blend_seeds``
+    candidates seed PEDSA spreading with their energy; what arrives at a node over the graph is
+    added to it as a bonus (forward and backward weighed apart), so a neighbour of a strong hit
+    (the next turn of the conversation, the outcome of a decision) climbs, and a hit whose
+    neighbours also match climbs too.
+    """
+    use_lex = "lexical" in chans
+    use_vec = qvec is not None
+    cand = set(lex_norm) | set(cos) if use_vec else set(lex_norm)
+    if not cand:
+        return np.empty(0, np.int64), np.empty(0), {}, {}
+    a = p.blend_lex if use_lex else 0.0
+    b = p.blend_vec if use_vec else 0.0
+    den = (a + b) or 1.0
+
+    def base_of(ids: np.ndarray) -> np.ndarray:
+        if use_vec:
+            _fill_cosines(mem, qvec[0], ids, cos)
+        lx = np.fromiter((lex_norm.get(i, 0.0) for i in ids.tolist()), np.float64, len(ids)) if use_lex else 0.0
+        cv = np.fromiter((cos.get(i, 0.0) for i in ids.tolist()), np.float64, len(ids)) if use_vec else 0.0
+        return (a * lx + b * cv) / den
+
+    nids = np.fromiter(cand, dtype=np.int64, count=len(cand))
+    base = base_of(nids)
+    ref = np.partition(base, len(base) - p.candidates)[len(base) - p.candidates] if len(base) > p.candidates \
+        else float(base.min())
+    energy = np.maximum(base - ref, 0.0)
+    seeds: dict[int, float] = {}
+    act: dict[int, float] = {}
+    if "graph" in chans and len(nids):
+        top = np.lexsort((nids, -energy))[: p.blend_seeds]
+        top = top[energy[top] > 0]
+        seeds = {int(nids[j]): float(energy[j]) for j in top}
+        if seeds:
+            act = _graph_bonus(mem, table, seeds, mask, p)
+            new = [n for n in act if n not in cand]
+            if new:
+                extra = np.asarray(new, dtype=np.int64)
+                nids = np.concatenate([nids, extra])
+                energy = np.concatenate([energy, np.maximum(base_of(extra) - ref, 0.0)])
+    bonus = np.fromiter((act.get(i, 0.0) for i in nids.tolist()), np.float64, len(nids)) if act else 0.0
+    return nids, energy + bonus, seeds, act
+
+
+def _graph_bonus(mem: "Memory", table, seeds: dict[int, float], mask: np.ndarray,
+                 p: RetrievalParams) -> dict[int, float]:
+    """What the seeds send each node over the graph (PEDSA with teleport), in seed-score units.
+
+    A seed's own energy would mask what its neighbours send it (activation keeps the larger of
+    the two), so seeds spread in two groups, even and odd nids: consecutive turns, which the
+    temporal edges join, always fall in different groups and so credit each other.
+    """
+    e_max = max(seeds.values())
+    kw = mem.config.pedsa.as_kwargs()
+    hi = float(kw.get("hi", 1.0))
+    out: dict[int, float] = {}
+    groups = ([n for n in seeds if n % 2 == 0], [n for n in seeds if n % 2 == 1])
+    for weight, reverse in ((p.graph_forward, False), (p.graph_backward, True)):
+        if weight == 0:
+            continue
+        scale = weight * e_max / hi
+        for group in groups:
+            if not group:
+                continue
+            idx = np.asarray(group, dtype=np.int64)
+            # Energies scaled so the best seed starts at the clamp ceiling: weak seeds stay above
+            # the kernel's activation threshold after a temporal hop.
+            energy = hi * np.fromiter((seeds[n] for n in group), np.float32, len(group)) / e_max
+            energy = (energy * (0.5 + 0.5 * table.q[idx])).astype(np.float32)
+            own = set(group)
+            nodes, en = mem._projection.spread(idx, energy, reverse=reverse, params=kw)
+            for n, e in zip(nodes.tolist(), en.tolist()):
+                if n in own or n >= len(mask) or not mask[n]:
+                    continue
+                out[n] = out.get(n, 0.0) + scale * e
+    return out
 
 
 def _graph_channel(mem: "Memory", table, seeds: dict[int, float], mask: np.ndarray) -> dict[int, float]:
