@@ -31,10 +31,13 @@ _NEGATED_NEG = re.compile(r"\b(?:no|without|zero|never|avoid(?:ed)?|prevent(?:ed
                           r"(?:fail|error|crash|timeout|downtime|outage|bug|regression|incident)", re.IGNORECASE)
 
 
+_NEGATION_HINT = re.compile(r"\b(?:no|without|zero|never|avoid|prevent)", re.IGNORECASE)
+
+
 def guess_polarity(text: str) -> str | None:
     """positive | negative | mixed from keywords (English and Chinese); None if no signal."""
     t = text or ""
-    negated = len(_NEGATED_NEG.findall(t))
+    negated = len(_NEGATED_NEG.findall(t)) if _NEGATION_HINT.search(t) else 0
     scrubbed = _NEGATED_NEG.sub(" ok ", t) if negated else t
     neg = len(_NEG_RE.findall(scrubbed))
     pos = len(_POS_RE.findall(t)) + negated

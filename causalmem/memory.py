@@ -272,25 +272,33 @@ class Memory:
 
     def _validated_record(self, decision: Any, outcome: Any, relation: Any, source: Any, confidence: Any,
                           polarity: Any, task_tag: Any, event_time: Any, user_id: Any, agent_id: Any,
-                          run_id: Any) -> dict:
+                          run_id: Any, _cache: dict | None = None) -> dict:
         ingest.check_text(decision, "decision")
         ingest.check_text(outcome, "outcome")
-        rel = Relation.parse(relation)
-        subtype = Relation.subtype_of(relation)
-        source = ingest.check_source(source)
-        if confidence is None:
-            confidence = SOURCES_CONFIDENCE.get(source, 0.6)
-        confidence = ingest.check_confidence(confidence)
-        polarity = ingest.check_polarity(polarity)
-        if task_tag is not None and not isinstance(task_tag, str):
-            raise TypeError(f"task_tag must be a string or None, got {type(task_tag).__name__}")
-        scope = (ingest.check_scope_value(user_id, "user_id"), ingest.check_scope_value(agent_id, "agent_id"),
-                 ingest.check_scope_value(run_id, "run_id"))
         if decision == outcome:
             raise ValueError("decision and outcome are the same text; an edge needs two different chunks")
-        return dict(decision=decision, outcome=outcome, rel=rel, subtype=subtype, source=source,
-                    confidence=confidence, polarity=polarity, task_tag=task_tag,
-                    event_time=to_timestamp(event_time, name="event_time"), scope=scope)
+        key = (relation, source, confidence, polarity, task_tag, event_time, user_id, agent_id, run_id)
+        meta = None
+        if _cache is not None:
+            try:
+                meta = _cache.get(key)
+            except TypeError:  # unhashable argument: validated below, which names it
+                _cache = None
+        if meta is None:
+            rel = Relation.parse(relation)
+            source = ingest.check_source(source)
+            conf = SOURCES_CONFIDENCE.get(source, 0.6) if confidence is None else confidence
+            if task_tag is not None and not isinstance(task_tag, str):
+                raise TypeError(f"task_tag must be a string or None, got {type(task_tag).__name__}")
+            meta = dict(rel=rel, subtype=Relation.subtype_of(relation), source=source,
+                        confidence=ingest.check_confidence(conf), polarity=ingest.check_polarity(polarity),
+                        task_tag=task_tag, event_time=to_timestamp(event_time, name="event_time"),
+                        scope=(ingest.check_scope_value(user_id, "user_id"),
+                               ingest.check_scope_value(agent_id, "agent_id"),
+                               ingest.check_scope_value(run_id, "run_id")))
+            if _cache is not None:
+                _cache[key] = meta
+        return dict(meta, decision=decision, outcome=outcome)
 
     def _record_batch(self, fx: list, items: Sequence[dict], vecs: dict[str, np.ndarray] | None = None) -> list[Edge]:
         """Write validated decision→outcome items in the current transaction, in bulk."""
@@ -390,8 +398,13 @@ class Memory:
     def record_many(self, items: Iterable[Any]) -> list[Edge]:
         """Record many decision→outcome pairs in one transaction (all or nothing)."""
         parsed = []
+        cache: dict = {}
         for i, item in enumerate(items):
-            if isinstance(item, Mapping):
+            if isinstance(item, (tuple, list)) and len(item) in (2, 3):
+                kw = {"decision": item[0], "outcome": item[1]}
+                if len(item) == 3:
+                    kw["relation"] = item[2]
+            elif isinstance(item, Mapping):
                 kw = dict(item)
                 unknown = set(kw) - {"decision", "outcome", "relation", "source", "confidence", "polarity",
                                      "task_tag", "event_time", "user_id", "agent_id", "run_id"}
@@ -399,17 +412,13 @@ class Memory:
                     raise TypeError(f"items[{i}] has unknown keys {sorted(unknown)}")
                 if "decision" not in kw or "outcome" not in kw:
                     raise ValueError(f"items[{i}] needs 'decision' and 'outcome'")
-            elif isinstance(item, (tuple, list)) and len(item) in (2, 3):
-                kw = {"decision": item[0], "outcome": item[1]}
-                if len(item) == 3:
-                    kw["relation"] = item[2]
             else:
                 raise TypeError(f"items[{i}] must be a dict or a (decision, outcome[, relation]) tuple")
             try:
                 parsed.append(self._validated_record(
                     kw["decision"], kw["outcome"], kw.get("relation", "caused"), kw.get("source", "llm_inferred"),
                     kw.get("confidence"), kw.get("polarity"), kw.get("task_tag"), kw.get("event_time"),
-                    kw.get("user_id"), kw.get("agent_id"), kw.get("run_id")))
+                    kw.get("user_id"), kw.get("agent_id"), kw.get("run_id"), _cache=cache))
             except (ValueError, TypeError) as exc:
                 raise type(exc)(f"items[{i}]: {exc}") from None
         texts = list(dict.fromkeys(t for a in parsed for t in (a["decision"], a["outcome"])))
