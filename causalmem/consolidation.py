@@ -64,6 +64,8 @@ DAY = 86400.0
 NOVELTY_WINDOW = 64
 REPLAY_THRESHOLD = 1.0
 PATTERN_JACCARD = 0.65
+MAX_PATTERN_GROUP = 2000
+MAX_PATTERN_CANDIDATES = 1_000_000
 MAX_JUDGE_CALLS = 200  # per cycle for judges without a cheap pre-filter; the rest waits for the next
 PROGRESS_MIN_ROWS = 50_000
 LAST_SLEEP_KEY = "last_sleep_at"
@@ -75,7 +77,8 @@ _R_ENABLED = Relation.ENABLED.code
 _R_PREVENTED = Relation.PREVENTED.code
 _R_META = Relation.META.code
 _EXPLICIT_SUBS = np.array([SUBTYPE_CODES[s] for s in ("contradicts", "invalidates", "supersedes")], dtype=np.int8)
-_SUB_NAMES = {v: k for k, v in SUBTYPE_CODES.items()}
+_EXPLICIT_LOOKUP = np.zeros(256, dtype=bool)
+_EXPLICIT_LOOKUP[_EXPLICIT_SUBS] = True
 _HALF_LIFE_BY_CODE = np.full(8, np.nan)
 for _name, _code in SOURCE_CODES.items():
     _hl = learning.half_life_days(_name)
@@ -142,6 +145,20 @@ class _Timer:
 # ------------------------------------------------------------------------------ helpers
 
 
+def _unique(a: np.ndarray) -> np.ndarray:
+    """Sorted unique values (sort-based: numpy 2's hash-based ``np.unique`` is ~100× slower here)."""
+    if len(a) == 0:
+        return np.asarray(a).copy()
+    b = np.sort(a)
+    return b[np.r_[True, b[1:] != b[:-1]]]
+
+
+def _node_mask(size: int, nodes: np.ndarray) -> np.ndarray:
+    m = np.zeros(size, dtype=bool)
+    m[nodes] = True
+    return m
+
+
 def token_diversity(texts: Sequence[str]) -> float:
     """Normalised token entropy in [0, 1]: H(tokens) / log2(#tokens); 0 with fewer than 2 tokens."""
     counts: Counter[str] = Counter()
@@ -156,50 +173,101 @@ def token_diversity(texts: Sequence[str]) -> float:
 
 
 def jaccard_pairs(docs: Sequence[frozenset], probe: Sequence[bool], threshold: float,
-                  accept: Callable[[int, int], bool] | None = None) -> list[tuple[int, int, float]]:
-    """All pairs (i, j, J) with token Jaccard J ≥ ``threshold`` where at least one side is a probe.
+                  accept: Callable[[int, int], bool] | None = None, *,
+                  max_group: int | None = None) -> list[tuple[int, int, float]]:
+    """All pairs (i, j, J), i < j, with token Jaccard J ≥ ``threshold`` and at least one probe side.
 
-    Prefix filtering (AllPairs): tokens ordered rare-first; two sets with Jaccard ≥ t share a
-    token among the first ``|x| − ⌈t·|x|⌉ + 1`` of each. Non-probe documents are only indexed,
-    so old×old pairs (compared in an earlier cycle) are not compared again.
+    Prefix filtering (AllPairs), vectorised: tokens are ranked rare-first; two sets with
+    Jaccard ≥ t share a token among the first ``|x| − ⌈t·|x|⌉ + 1`` of each, so candidates are
+    the pairs sharing a prefix token; they are verified exactly with a sparse row product.
+    Non-probe documents are only matched against probes (old×old pairs were compared in an
+    earlier cycle). Work is bounded: prefix tokens are taken rarest-group first while the
+    candidate count stays within ``MAX_PATTERN_CANDIDATES`` and a group within ``max_group``
+    (default ``MAX_PATTERN_GROUP``) documents; pairs whose only shared prefix tokens are more
+    frequent than that are missed (logged). Real text is Zipfian, so this rarely bites; it keeps a
+    cycle on a million edges of near-uniform vocabulary from exploding quadratically.
+    ``accept(i, j)`` filters the verified pairs.
     """
-    if not docs:
+    vocab: dict[Any, int] = {}
+    ids = [np.fromiter((vocab.setdefault(t, len(vocab)) for t in d), dtype=np.int64) for d in docs]
+    return _jaccard_ids(ids, len(vocab), probe, threshold, accept, max_group=max_group)
+
+
+def _jaccard_ids(ids: Sequence[np.ndarray], n_vocab: int, probe: Sequence[bool], threshold: float,
+                 accept: Callable[[int, int], bool] | None = None, *,
+                 max_group: int | None = None) -> list[tuple[int, int, float]]:
+    """``jaccard_pairs`` over documents given as arrays of distinct integer token ids < n_vocab."""
+    n = len(ids)
+    if n < 2 or not any(probe):
         return []
-    df: Counter[str] = Counter()
-    for d in docs:
-        df.update(d)
-    rank = {tok: r for r, (tok, _) in enumerate(sorted(df.items(), key=lambda kv: (kv[1], kv[0])))}
-    ordered = [sorted((rank[t] for t in d)) for d in docs]
-    index: dict[int, list[int]] = defaultdict(list)
-
-    def prefix(toks: list[int]) -> list[int]:
-        n = len(toks)
-        return toks[: n - math.ceil(threshold * n - 1e-9) + 1] if n else []
-
-    order = sorted(range(len(docs)), key=lambda i: (bool(probe[i]), i))  # index every old doc first
-    out: list[tuple[int, int, float]] = []
-    for i in order:
-        toks = ordered[i]
-        if not toks:
+    max_group = MAX_PATTERN_GROUP if max_group is None else max_group
+    lens = np.fromiter((len(d) for d in ids), dtype=np.int64, count=n)
+    if not lens.sum():
+        return []
+    cols = np.concatenate(ids).astype(np.int64, copy=False)
+    col = cols
+    row = np.repeat(np.arange(n, dtype=np.int64), lens)
+    indptr = np.r_[0, np.cumsum(lens)]
+    df = np.bincount(col, minlength=n_vocab)
+    rank = np.empty(n_vocab, dtype=np.int64)
+    rank[np.lexsort((np.arange(n_vocab), df))] = np.arange(n_vocab)
+    tok_rank = rank[col]
+    order = np.lexsort((tok_rank, row))  # per doc, rare tokens first
+    pos = np.arange(len(col)) - indptr[row[order]]
+    plen = lens - np.ceil(threshold * lens - 1e-9).astype(np.int64) + 1
+    keep = pos < plen[row[order]]
+    p_doc, p_rank = row[order][keep], tok_rank[order][keep]
+    g_order = np.lexsort((p_doc, p_rank))
+    p_doc, p_rank = p_doc[g_order], p_rank[g_order]
+    starts = np.flatnonzero(np.r_[True, p_rank[1:] != p_rank[:-1]])
+    sizes = np.diff(np.r_[starts, len(p_rank)])
+    probe_arr = np.asarray(probe, dtype=bool)
+    pa: list[np.ndarray] = []
+    pb: list[np.ndarray] = []
+    skipped = 0
+    budget = MAX_PATTERN_CANDIDATES
+    for g in _unique(sizes):  # ascending: the most selective (rarest shared) tokens first
+        g = int(g)
+        if g < 2:
             continue
-        pre = prefix(toks)
-        if probe[i]:
-            n_i = len(toks)
-            seen: set[int] = set()
-            for t in pre:
-                for j in index.get(t, ()):
-                    if j in seen:
-                        continue
-                    seen.add(j)
-                    n_j = len(ordered[j])
-                    if n_j < threshold * n_i - 1e-9 or n_i < threshold * n_j - 1e-9:
-                        continue
-                    inter = len(docs[i] & docs[j])
-                    jac = inter / (n_i + n_j - inter)
-                    if jac + 1e-12 >= threshold and (accept is None or accept(j, i)):
-                        out.append((min(i, j), max(i, j), jac))
-        for t in pre:
-            index[t].append(i)
+        n_groups = int((sizes == g).sum())
+        cost = n_groups * g * (g - 1) // 2
+        if g > max_group or cost > budget:
+            skipped += int((sizes >= g).sum())
+            break
+        budget -= cost
+        st = starts[sizes == g]
+        members = p_doc[st[:, None] + np.arange(g)[None, :]]  # (groups, g)
+        iu, ju = np.triu_indices(g, 1)
+        a, b = members[:, iu].ravel(), members[:, ju].ravel()
+        m = probe_arr[a] | probe_arr[b]
+        pa.append(a[m])
+        pb.append(b[m])
+    if skipped:
+        log.info("causalmem: pattern mining skipped %d frequent prefix tokens (candidate budget %d pairs, "
+                 "max group %d)", skipped, MAX_PATTERN_CANDIDATES, max_group)
+    if not pa:
+        return []
+    a = np.concatenate(pa)
+    b = np.concatenate(pb)
+    key = _unique(np.minimum(a, b) * n + np.maximum(a, b))
+    a, b = key // n, key % n
+    la, lb = lens[a], lens[b]
+    ok = (la >= threshold * lb - 1e-9) & (lb >= threshold * la - 1e-9)
+    a, b = a[ok], b[ok]
+    from scipy import sparse  # imported here: only pattern mining needs it
+
+    x = sparse.csr_matrix((np.ones(len(col), dtype=np.float32), col, indptr), shape=(n, n_vocab))
+    out: list[tuple[int, int, float]] = []
+    step = 200_000
+    for k in range(0, len(a), step):
+        ca, cb = a[k:k + step], b[k:k + step]
+        inter = np.asarray(x[ca].multiply(x[cb]).sum(axis=1)).ravel()
+        jac = inter / (lens[ca] + lens[cb] - inter)
+        hit = jac + 1e-12 >= threshold
+        for i, j, v in zip(ca[hit].tolist(), cb[hit].tolist(), jac[hit].tolist()):
+            if accept is None or accept(i, j):
+                out.append((i, j, float(v)))
     return out
 
 
@@ -253,7 +321,7 @@ def _run_judge(store, judge, pairs: np.ndarray, edges: np.ndarray, *, limit: int
     new_eids = edges["eid"][pairs[:, 1]]
     remember = getattr(judge, "remember_negative", True)
     judged = store.judged_pairs()
-    rows = store.edge_judge_rows(np.unique(np.concatenate([old_eids, new_eids])).tolist())
+    rows = store.edge_judge_rows(_unique(np.concatenate([old_eids, new_eids])).tolist())
     todo = []
     for o, n in zip(old_eids.tolist(), new_eids.tolist()):
         if o not in rows or n not in rows:
@@ -377,12 +445,11 @@ def _cycle(store, *, config: Config, now: float, judge, prefilter, action: str, 
     timer.start("reactivation")
     src, dst, rel, pol = edges["src"], edges["dst"], edges["rel"], edges["pol"]
     excit = (rel == _R_CAUSED) | (rel == _R_ENABLED)
-    neg_src = np.unique(src[valid & excit & (pol == POLARITY_CODES["negative"])])
-    pos_src = np.unique(src[valid & excit & (pol == POLARITY_CODES["positive"])])
-    both = np.intersect1d(neg_src, pos_src, assume_unique=True)
-    explicit = valid & (rel == _R_META) & np.isin(edges["sub"], _EXPLICIT_SUBS)
-    contested = np.unique(dst[explicit])
-    contradicted = (np.isin(src, both) | np.isin(src, contested) | np.isin(dst, contested) | (edges["sup"] == 1))
+    both = (_node_mask(size, src[valid & excit & (pol == POLARITY_CODES["negative"])])
+            & _node_mask(size, src[valid & excit & (pol == POLARITY_CODES["positive"])]))
+    explicit = valid & (rel == _R_META) & _EXPLICIT_LOOKUP[edges["sub"]]
+    contested = _node_mask(size, dst[explicit])
+    contradicted = both[src] | contested[src] | contested[dst] | (edges["sup"] == 1)
     recent = now - learning.ACCESS_WINDOW_DAYS * DAY
     accessed = (edges["acc"] >= recent) | ((chunk_acc[src] >= recent) & (chunk_acc[dst] >= recent))
     score = (edges["conf"] + 0.5 * (pol == POLARITY_CODES["negative"])
@@ -396,7 +463,7 @@ def _cycle(store, *, config: Config, now: float, judge, prefilter, action: str, 
     timer.start("q_update")
     counts["q_updates"] = 0
     if protected.any():
-        nodes = np.unique(np.concatenate([src[protected], dst[protected]]))
+        nodes = np.flatnonzero(_node_mask(size, np.concatenate([src[protected], dst[protected]])))
         nodes = nodes[alive[nodes]]
         max_next = np.zeros(size)
         np.maximum.at(max_next, src[valid], q[dst[valid]])
@@ -421,7 +488,7 @@ def _cycle(store, *, config: Config, now: float, judge, prefilter, action: str, 
         rows = np.flatnonzero(explicit)
         rows = rows[np.lexsort((edges["eid"][rows], edges["disc"][rows]))]  # latest meta edge wins
         by_old = {int(edges["dst"][r]): int(edges["eid"][r]) for r in rows}
-        old_out = np.flatnonzero(valid & excit & (edges["sup"] == 0) & np.isin(src, np.fromiter(by_old, np.int64)))
+        old_out = np.flatnonzero(valid & excit & (edges["sup"] == 0) & _node_mask(size, np.fromiter(by_old, np.int64))[src])
         meta_ids = store.edge_ids(sorted(set(by_old.values())))
         meta_src = {int(edges["eid"][r]): int(edges["src"][r]) for r in rows}
         old_ids = store.edge_ids(edges["eid"][old_out].tolist()) if len(old_out) else {}
@@ -473,13 +540,13 @@ def _cycle(store, *, config: Config, now: float, judge, prefilter, action: str, 
             keeper = s[np.flatnonzero(first)][np.cumsum(first) - 1]
             dup = s[~first]
             keep_of_dup = keeper[~first]
-            keep_ids = store.edge_ids(np.unique(edges["eid"][keep_of_dup]).tolist())
+            keep_ids = store.edge_ids(_unique(edges["eid"][keep_of_dup]).tolist())
             store.retire_edges([(now, f"merged into {keep_ids[int(k)]}", float(c), int(e)) for e, k, c in zip(
                 edges["eid"][dup].tolist(), edges["eid"][keep_of_dup].tolist(), edges["conf"][dup].tolist())])
             valid[dup] = False
             counts["merged"] = int(len(dup))
     linked = _linked_pairs(edges, valid)
-    decisions_docs = _decision_docs(store, last_sleep)
+    decisions_docs = _decision_docs(store, last_sleep) if store.has_new_tagged_decisions(last_sleep) else _Docs()
     counts["patterns"] = _mine(store, decisions_docs, linked, now, kind="patterns")
     timer.stop()
 
@@ -546,50 +613,59 @@ def _linked_pairs(edges: np.ndarray, valid: np.ndarray) -> set[tuple[int, int]]:
 
 
 class _Docs:
-    """Decisions with task tags: text tokens, pattern tokens, tags, scope, novelty."""
+    """Decisions with task tags: token ids of the text and of the pattern, tags, scope, novelty."""
 
     def __init__(self) -> None:
         self.nids: list[int] = []
-        self.text_tokens: list[frozenset] = []
-        self.pattern_tokens: list[frozenset] = []
+        self.text_ids: list[np.ndarray] = []
+        self.pattern_ids: list[np.ndarray] = []
         self.tags: list[frozenset] = []
         self.scope: list[tuple] = []
         self.new: list[bool] = []
+        self.n_vocab = 0
 
 
 def _decision_docs(store, last_sleep: float) -> _Docs:
     docs = _Docs()
+    vocab: dict[str, int] = {}
+    cache: dict[str, list[int]] = {}
+
+    def ids_of(text: str) -> list[int]:
+        got = cache.get(text)
+        if got is None:
+            got = cache[text] = [vocab.setdefault(t, len(vocab)) for t in tokenize(text)]
+        return got
+
     cur_nid = None
     tags: set[str] = set()
-    outcome_tokens: set[str] = set()
+    pattern: set[int] = set()
+    text_ids: set[int] = set()
     new = False
-    info: tuple = ()
-    cache: dict[str, list[str]] = {}
+    scope: tuple = ()
 
     def flush() -> None:
         if cur_nid is None:
             return
-        text_tok = frozenset(tokenize(info[0]))
         docs.nids.append(cur_nid)
-        docs.text_tokens.append(text_tok)
-        docs.pattern_tokens.append(text_tok | frozenset(outcome_tokens))
+        docs.text_ids.append(np.fromiter(text_ids, dtype=np.int64, count=len(text_ids)))
+        docs.pattern_ids.append(np.fromiter(pattern, dtype=np.int64, count=len(pattern)))
         docs.tags.append(frozenset(tags))
-        docs.scope.append(info[1])
+        docs.scope.append(scope)
         docs.new.append(new)
 
     for nid, tag, text, user, agent, run, created, outcome, disc in store.tagged_decision_rows():
         if nid != cur_nid:
             flush()
-            cur_nid, tags, outcome_tokens = nid, set(), set()
-            info = (text, (user, agent, run))
+            cur_nid, tags = nid, set()
+            text_ids = set(ids_of(text))
+            pattern = set(text_ids)
+            scope = (user, agent, run)
             new = created > last_sleep
         tags.add(tag)
-        toks = cache.get(outcome)
-        if toks is None:
-            toks = cache[outcome] = tokenize(outcome)
-        outcome_tokens.update(toks)
+        pattern.update(ids_of(outcome))
         new = new or disc > last_sleep
     flush()
+    docs.n_vocab = len(vocab)
     return docs
 
 
@@ -598,18 +674,18 @@ def _mine(store, docs: _Docs, linked: set[tuple[int, int]], now: float, *, kind:
     if len(docs.nids) < 2 or not any(docs.new):
         return 0
     if kind == "patterns":
-        sets, subtype = docs.text_tokens, "repeated"
+        sets, subtype = docs.text_ids, "repeated"
 
         def accept(i: int, j: int) -> bool:
             return docs.scope[i] == docs.scope[j] and docs.tags[i] != docs.tags[j]
     else:
-        sets, subtype = docs.pattern_tokens, "similar_to"
+        sets, subtype = docs.pattern_ids, "similar_to"
 
         def accept(i: int, j: int) -> bool:
             return docs.scope[i] == docs.scope[j] and not (docs.tags[i] & docs.tags[j])
 
     made = 0
-    for i, j, _jac in jaccard_pairs(sets, docs.new, PATTERN_JACCARD, accept):
+    for i, j, _jac in _jaccard_ids(sets, docs.n_vocab, docs.new, PATTERN_JACCARD, accept):
         a, b = docs.nids[i], docs.nids[j]
         key = (min(a, b), max(a, b))
         if key in linked:

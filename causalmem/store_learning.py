@@ -158,6 +158,15 @@ class LearningStoreMixin:
             "WHERE e.valid_to IS NULL AND e.task_tag IS NOT NULL AND e.relation IN ('caused', 'enabled', 'prevented') "
             "AND s.valid_to IS NULL AND d.valid_to IS NULL ORDER BY e.src, e.eid")
 
+    def has_new_tagged_decisions(self, since: float) -> bool:
+        """Whether a valid tagged caused/enabled/prevented edge or its decision chunk is newer than ``since``."""
+        if since == float("-inf"):
+            since = -1e308
+        return bool(self.query(
+            "SELECT 1 FROM edges e JOIN chunks s ON s.nid = e.src WHERE e.valid_to IS NULL AND e.task_tag IS NOT NULL "
+            "AND e.relation IN ('caused', 'enabled', 'prevented') AND (e.discovered_at > ? OR s.created_at > ?) "
+            "LIMIT 1", (since, since)))
+
     def judged_pairs(self) -> set[str]:
         """Keys 'judged:<old edge id>:<new edge id>' of pairs a judge already said to keep."""
         return {r[0] for r in self.query("SELECT key FROM meta WHERE key LIKE 'judged:%'")}
