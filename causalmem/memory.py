@@ -79,6 +79,7 @@ class Memory:
         self.judge = judge
         self.distiller = distiller
         self._data_version = self._store.data_version()
+        self._updates_seen = self._store.last_update_event()
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> "Memory":
@@ -122,19 +123,61 @@ class Memory:
                 self._data_version = self._store.data_version()
 
     def _sync_external(self) -> None:
-        """Another connection committed: drop every in-memory view so it is rebuilt from SQLite."""
+        """Another connection committed: bring the in-memory views up to date with SQLite."""
         dv = self._store.data_version()
         if dv != self._data_version:
             self._data_version = dv
-            self._projection.mark_stale()
-            self._chunks = None
-            self._lexical = None
-            self._vectors = None
+            self._resync()
+
+    def _resync(self) -> None:
+        """Re-read chunk columns and patch the text indexes by difference (new, deleted chunks).
+
+        A text *changed* elsewhere (an ``update`` event we did not make) rebuilds them instead."""
+        self._projection.mark_stale()
+        if self._chunks is None or self._lexical is None:
+            self._chunks = self._lexical = self._vectors = None
+            return
+        if self._store.last_update_event() != self._updates_seen:
+            self._chunks = self._lexical = self._vectors = None
+            return
+        table = ChunkTable()
+        lexical = self._lexical
+        new_docs: list[tuple[int, str]] = []
+        batch: list[tuple] = []
+        for row in self._store.iter_chunk_columns(with_text=False):
+            batch.append(row)
+        table.load(batch)
+        alive = np.flatnonzero(table.alive[: table.n])
+        indexed = lexical.doc_ids()
+        gone = np.setdiff1d(indexed, alive, assume_unique=True)
+        fresh = np.setdiff1d(alive, indexed, assume_unique=True)
+        for nid in gone.tolist():
+            lexical.remove(nid)
+        if len(fresh):
+            new_docs = self._store.texts_of(fresh.tolist())
+            lexical.add_many(new_docs)
+        if self._vectors is not None:
+            vids = self._vectors.ids()
+            for nid in np.setdiff1d(vids, alive).tolist():
+                self._vectors.remove(nid)
+            want = np.setdiff1d(alive, vids).tolist()
+            if want:
+                from .semantic import blob_to_vector
+
+                emb = self.embedder
+                got = self._store.embeddings_of(want, emb.model_name)
+                if got:
+                    self._vectors.add(np.asarray([g[0] for g in got], dtype=np.int64),
+                                      np.vstack([blob_to_vector(g[1], emb.dim) for g in got]))
+                if len(got) < len(want):  # written elsewhere without our model: embed on next use
+                    self._vectors = None
+        self._chunks = table
 
     def _tables(self) -> tuple[ChunkTable, BM25Index]:
         """Chunk columns and the BM25 index, built from SQLite on first use."""
         self._sync_external()
         if self._chunks is None or self._lexical is None:
+            self._updates_seen = self._store.last_update_event()
             table = ChunkTable()
             index = BM25Index()
             batch: list[tuple] = []
@@ -561,6 +604,7 @@ class Memory:
                 self._store.put_embeddings([(nid, emb.model_name, emb.dim, text_hash(text), vector_to_blob(vec))])
 
             def apply() -> None:
+                self._updates_seen = self._store.last_update_event()
                 if self._lexical is not None:
                     self._lexical.update(nid, text)
                 if self._vectors is not None and vec is not None:
@@ -949,9 +993,7 @@ class Memory:
                                          judge=judge or self.judge, min_diversity=min_diversity, action=action,
                                          progress=progress)
             if not dry_run:
-                self._projection.mark_stale()
-                self._chunks = None
-                self._lexical = None
+                self._resync()  # Q-values, retired edges, merged chunks: re-read, patch indexes by difference
                 self._data_version = self._store.data_version()
             return report
 

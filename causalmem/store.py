@@ -114,6 +114,7 @@ MIGRATIONS: list[tuple[str, str]] = [
             at REAL NOT NULL
         );
         CREATE INDEX IF NOT EXISTS chunk_history_nid ON chunk_history(nid);
+        CREATE INDEX IF NOT EXISTS chunk_history_event ON chunk_history(event, hid);
         CREATE TABLE IF NOT EXISTS meta (
             key TEXT PRIMARY KEY,
             value TEXT
@@ -479,18 +480,42 @@ class Store(LearningStoreMixin):
             sql += f" LIMIT {int(limit)}"
         return [r[0] for r in self.query(sql, params)]
 
-    def iter_chunk_columns(self) -> Iterator[tuple]:
-        """(nid, kind, created_at, event_time, q, importance, user, agent, run, session, valid) for all chunks."""
+    def iter_chunk_columns(self, *, with_text: bool = True) -> Iterator[tuple]:
+        """(nid, kind, created_at, event_time, q, importance, user, agent, run, session, valid[, text]) rows."""
         with self._lock:
             self._ensure_open()
             cur = self.conn.execute(
                 "SELECT nid, kind, created_at, event_time, q_value, importance, user_id, agent_id, run_id, "
-                "session_id, valid_to IS NULL, text FROM chunks ORDER BY nid")
+                f"session_id, valid_to IS NULL{', text' if with_text else ''} FROM chunks ORDER BY nid")
             while True:
                 rows = cur.fetchmany(50000)
                 if not rows:
                     break
                 yield from rows
+
+    def last_update_event(self) -> int:
+        """Id of the newest text-update event (0 if none): tells whether a text changed elsewhere."""
+        return self.query("SELECT COALESCE(MAX(hid), 0) FROM chunk_history WHERE event = 'update'")[0][0]
+
+    def texts_of(self, nids: Sequence[int]) -> list[tuple[int, str]]:
+        out: list[tuple[int, str]] = []
+        nids = [int(n) for n in nids]
+        for i in range(0, len(nids), 900):
+            part = nids[i:i + 900]
+            q = ",".join("?" * len(part))
+            out += self.query(f"SELECT nid, text FROM chunks WHERE nid IN ({q})", part)
+        return out
+
+    def embeddings_of(self, nids: Sequence[int], model: str) -> list[tuple[int, bytes]]:
+        out: list[tuple[int, bytes]] = []
+        nids = [int(n) for n in nids]
+        for i in range(0, len(nids), 900):
+            part = nids[i:i + 900]
+            q = ",".join("?" * len(part))
+            out += self.query(
+                f"SELECT e.nid, e.vector FROM embeddings e JOIN chunks c ON c.nid = e.nid WHERE e.nid IN ({q}) "
+                f"AND e.model = ? AND e.text_hash = c.text_hash", (*part, model))
+        return out
 
     def previous_turn(self, session_id: str, user_id, agent_id, run_id) -> int | None:
         rows = self.query(

@@ -371,3 +371,17 @@ def test_task_tag_restricts_seeds(db_path):
 def test_math_sanity_of_activation_energies(devops):
     for a in devops.search_causal("deploy without tests", limit=10):
         assert math.isfinite(a.energy) and abs(a.energy) <= 1.0
+
+
+def test_external_delete_add_and_update_reach_the_text_index(db_path):
+    with Memory(db_path, embedder=None) as a, Memory(db_path, embedder=None) as b:
+        whale = a.add("the blue whale sings at night", user_id="u")[0]
+        assert [h.id for h in b.search("whale", user_id="u", reinforce=False)] == [whale.id]
+        a.delete(whale.id)
+        assert b.search("whale", user_id="u", reinforce=False) == []
+        ele = a.add("a purple elephant in the room", user_id="u")[0]
+        assert [h.id for h in b.search("elephant", user_id="u", reinforce=False)] == [ele.id]
+        a.update(ele.id, "a green giraffe in the room")
+        assert b.search("elephant", user_id="u", reinforce=False) == []
+        assert [h.id for h in b.search("giraffe", user_id="u", reinforce=False)] == [ele.id]
+        assert [h["event"] for h in b.history(ele.id)] == ["create", "update"]
