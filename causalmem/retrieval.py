@@ -44,6 +44,8 @@ class RetrievalParams:
     # answers tend to follow the turn that matches the question.
     graph_forward: float = 5.0
     graph_backward: float = 2.5
+    unit_degree: float = 2.0      # edges of a plain conversation turn (previous + next); see _graph_bonus
+    degree_power: float = 0.5     # 0.5 = symmetric normalisation
 
 
 PARAMS = RetrievalParams()
@@ -245,6 +247,19 @@ def _blend(mem: "Memory", table, mask: np.ndarray, chans: tuple[str, ...], qvec,
     return nids, energy + bonus, seeds, act
 
 
+def _degrees(mem: "Memory", nodes: np.ndarray) -> np.ndarray:
+    """Number of edges (both directions, base graph + overlay) at each node."""
+    graph, extra = mem._projection.current()
+    deg = np.zeros(len(nodes), dtype=np.float64)
+    parts = [graph.forward, graph.reverse] + (list(extra) if extra is not None else [])
+    for csr in parts:
+        ip = csr.indptr
+        inside = nodes < len(ip) - 1
+        idx = nodes[inside]
+        deg[inside] += ip[idx + 1] - ip[idx]
+    return deg
+
+
 def _graph_bonus(mem: "Memory", table, seeds: dict[int, float], mask: np.ndarray,
                  p: RetrievalParams) -> dict[int, float]:
     """What the seeds send each node over the graph (PEDSA with teleport), in seed-score units.
@@ -252,6 +267,11 @@ def _graph_bonus(mem: "Memory", table, seeds: dict[int, float], mask: np.ndarray
     A seed's own energy would mask what its neighbours send it (activation keeps the larger of
     the two), so seeds spread in two groups, even and odd nids: consecutive turns, which the
     temporal edges join, always fall in different groups and so credit each other.
+
+    Degree normalisation (symmetric, as in GCN / personalised PageRank): energy leaving a seed
+    and energy arriving at a node are divided by sqrt(degree / 2), a turn with its two temporal
+    neighbours being the unit. Without it a node that many others link to (a hub of Hebbian
+    co-retrieval pairs) collects energy from every query and crowds out the real answers.
     """
     e_max = max(seeds.values())
     kw = mem.config.pedsa.as_kwargs()
@@ -268,14 +288,19 @@ def _graph_bonus(mem: "Memory", table, seeds: dict[int, float], mask: np.ndarray
             idx = np.asarray(group, dtype=np.int64)
             # Energies scaled so the best seed starts at the clamp ceiling: weak seeds stay above
             # the kernel's activation threshold after a temporal hop.
-            energy = hi * np.fromiter((seeds[n] for n in group), np.float32, len(group)) / e_max
-            energy = (energy * (0.5 + 0.5 * table.q[idx])).astype(np.float32)
+            energy = hi * np.fromiter((seeds[n] for n in group), np.float64, len(group)) / e_max
+            energy *= 0.5 + 0.5 * table.q[idx]
+            energy /= np.maximum(1.0, _degrees(mem, idx) / p.unit_degree) ** p.degree_power
             own = set(group)
-            nodes, en = mem._projection.spread(idx, energy, reverse=reverse, params=kw)
+            nodes, en = mem._projection.spread(idx, energy.astype(np.float32), reverse=reverse, params=kw)
             for n, e in zip(nodes.tolist(), en.tolist()):
                 if n in own or n >= len(mask) or not mask[n]:
                     continue
                 out[n] = out.get(n, 0.0) + scale * e
+    if out:
+        keys = np.fromiter(out, np.int64, len(out))
+        damp = np.maximum(1.0, _degrees(mem, keys) / p.unit_degree) ** -p.degree_power
+        out = {int(k): v * float(d) for k, v, d in zip(keys.tolist(), out.values(), damp.tolist())}
     return out
 
 
