@@ -17,8 +17,13 @@ Stages (all counted in the ``SleepReport``):
      (b) an explicit meta edge of subtype invalidates/supersedes/contradicts (src = new belief,
      dst = old belief) supersedes the old belief's valid caused/enabled out-edges. ``annotate``
      sets ``superseded_by`` (still valid and retrievable, flagged); ``retire`` also sets
-     ``valid_to``. A judge failure keeps the old edge and counts in ``judge_failures``. Annotated
-     edges are never re-judged; an LLM judge's "keep" verdicts are remembered in ``meta``.
+     ``valid_to``. Either way the superseded chunk (old outcome, or old belief) gets a *redirect*:
+     a meta ``refines`` edge old → new (confidence 0.9), so whatever recalls the outdated belief
+     also spreads to its correction (on causal-eval category 17 this lifts the corrected belief
+     above the superseded one for every dev question). A judge failure keeps the old edge and
+     counts in ``judge_failures``. Every decided pair is remembered in ``meta``
+     (``judged:<old id>:<new id>``): never re-judged, so a user's ``restore`` sticks; an LLM
+     judge's "keep" verdicts are remembered the same way.
 2    generalization — duplicate valid edges (same src, dst, relation, subtype) merge into the
      strongest (highest confidence, then lowest id); cross-task patterns: decisions in the same
      scope whose texts have token Jaccard ≥ 0.65 and different task-tag sets get a meta
@@ -71,6 +76,8 @@ PROGRESS_MIN_ROWS = 50_000
 LAST_SLEEP_KEY = "last_sleep_at"
 LAST_REPORT_KEY = "last_sleep_report"
 ACTIONS = ("annotate", "retire")
+REDIRECT_SUBTYPE = "refines"  # src = superseded chunk, dst = the chunk that refines / replaces it
+REDIRECT_CONFIDENCE = 0.9
 
 _R_CAUSED = Relation.CAUSED.code
 _R_ENABLED = Relation.ENABLED.code
@@ -353,7 +360,7 @@ def _run_judge(store, judge, pairs: np.ndarray, edges: np.ndarray, *, limit: int
             continue
         reasoning = getattr(verdict, "reasoning", "") or ""
         if sup:
-            out["supersede"].append((o, n, rn[0], reasoning))
+            out["supersede"].append((o, n, rn[0], reasoning, ro[9], rn[9]))
             out["keep"].append(f"judged:{ro[0]}:{rn[0]}")  # decided: never asked again (restore sticks)
         elif remember:
             out["keep"].append(f"judged:{ro[0]}:{rn[0]}")
@@ -390,7 +397,7 @@ def sleep(store, *, config: Config, now: float, dry_run: bool = False, judge: An
     if diversity < min_diversity:
         timer.total()
         log.info("causalmem: sleep skipped, diversity %.3f < min_diversity %.3f", diversity, min_diversity)
-        return SleepReport(skipped_low_diversity=True, elapsed=dict(timer.elapsed), **counts)
+        return _report(skipped_low_diversity=True, elapsed=dict(timer.elapsed), **counts)
 
     prefilter = getattr(judge, "might_supersede", None)
     early_verdicts = None
@@ -414,7 +421,18 @@ def sleep(store, *, config: Config, now: float, dry_run: bool = False, judge: An
         report = rb.args[0]
     bar.done()
     timer.total()
-    return SleepReport(elapsed=dict(timer.elapsed), **report)
+    return _report(elapsed=dict(timer.elapsed), **report)
+
+
+_REPORT_FIELDS = set(SleepReport.__dataclass_fields__)
+
+
+def _report(**values: Any) -> SleepReport:
+    """A SleepReport of the known fields (counts this version of SleepReport lacks are only logged)."""
+    extra = {k: v for k, v in values.items() if k not in _REPORT_FIELDS}
+    if extra:
+        log.info("causalmem: sleep %s", extra)
+    return SleepReport(**{k: v for k, v in values.items() if k in _REPORT_FIELDS})
 
 
 def _alive_lookup(chunks: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -482,17 +500,25 @@ def _cycle(store, *, config: Config, now: float, judge, prefilter, action: str, 
         early = _run_judge(store, judge, _supersession_pairs(vedges, alive, prefilter), vedges,
                            limit=None if prefilter is not None else MAX_JUDGE_CALLS)
     early = {**early, "keep": list(early["keep"])}
-    decisions = list(early["supersede"])  # (old eid, new eid, new id, reasoning)
+    # (old eid, new eid, new id, reasoning, redirect from chunk, redirect to chunk)
+    decisions = list(early["supersede"])
+    redirect_pairs = [(d[4], d[5]) for d in decisions]
     # explicit meta edges: the old belief's valid caused/enabled out-edges are superseded
     if explicit.any():
         rows = np.flatnonzero(explicit)
         rows = rows[np.lexsort((edges["eid"][rows], edges["disc"][rows]))]  # latest meta edge wins
         by_old = {int(edges["dst"][r]): int(edges["eid"][r]) for r in rows}
-        old_out = np.flatnonzero(valid & excit & (edges["sup"] == 0) & _node_mask(size, np.fromiter(by_old, np.int64))[src])
+        old_out = np.flatnonzero(valid & excit & (edges["sup"] == 0)
+                                 & _node_mask(size, np.fromiter(by_old, np.int64))[src])
         meta_ids = store.edge_ids(sorted(set(by_old.values())))
         meta_src = {int(edges["eid"][r]): int(edges["src"][r]) for r in rows}
         old_ids = store.edge_ids(edges["eid"][old_out].tolist()) if len(old_out) else {}
-        judged = store.judged_pairs() if len(old_out) else set()
+        judged = store.judged_pairs()
+        for old_node, m in by_old.items():
+            key = f"judged:redirect:{meta_ids[m]}"
+            if key not in judged:
+                redirect_pairs.append((old_node, meta_src[m]))
+                early["keep"].append(key)
         for r in old_out.tolist():
             m = by_old[int(src[r])]
             if int(dst[r]) == meta_src[m]:
@@ -510,12 +536,28 @@ def _cycle(store, *, config: Config, now: float, judge, prefilter, action: str, 
     superseded = 0
     if decisions:
         if action == "annotate":
-            superseded = store.annotate_superseded([(new_id, old) for old, _n, new_id, _r in decisions])
+            superseded = store.annotate_superseded([(d[2], d[0]) for d in decisions])
         else:
             superseded = store.retire_superseded(
-                [(now, f"superseded by {new_id}: {reason}"[:500], new_id, old) for old, _n, new_id, reason in decisions])
+                [(now, f"superseded by {d[2]}: {d[3]}"[:500], d[2], d[0]) for d in decisions])
     counts["superseded"] = int(superseded)
     counts["annotated"] = int(superseded) if action == "annotate" else 0
+    # Redirect: a meta 'refines' edge from the superseded chunk to the one that replaces it (old → new),
+    # so whatever recalls the outdated belief also spreads to its correction.
+    redirects = 0
+    if redirect_pairs:
+        m = valid & (rel == _R_META)
+        have = set(zip(src[m].tolist(), dst[m].tolist()))
+        for a, b in redirect_pairs:
+            pair = (int(a), int(b))
+            if pair[0] == pair[1] or pair in have or not (alive[pair[0]] and alive[pair[1]]):
+                continue
+            have.add(pair)
+            store.insert_edge(src=pair[0], dst=pair[1], relation=Relation.META, subtype=REDIRECT_SUBTYPE,
+                              confidence=REDIRECT_CONFIDENCE, source="rule", polarity=None, task_tag=None,
+                              event_time=None, discovered_at=now)
+            redirects += 1
+    counts["redirects"] = redirects
     eid_pos = {int(e): i for i, e in enumerate(edges["eid"].tolist())} if decisions else {}
     for old, *_ in decisions:
         i = eid_pos.get(old)
@@ -707,6 +749,7 @@ _ROWS = (
     ("1.7 supersession", "superseded", "supersession", "edges superseded"),
     ("", "annotated", None, "… of which annotated (still retrievable)"),
     ("", "judge_failures", None, "judge failures (old edge kept)"),
+    ("", "redirects", None, "redirect edges old → new (meta refines)"),
     ("2 generalization", "merged", "generalization", "duplicate edges merged"),
     ("", "patterns", None, "cross-task pattern edges (meta repeated)"),
     ("3 decay + GC", "decayed", "decay", "edges decayed"),

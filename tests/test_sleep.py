@@ -345,7 +345,7 @@ print("finished", flush=True)
 @pytest.mark.slow
 def test_sigkill_mid_sleep_leaves_the_store_unchanged(tmp_path):
     path = tmp_path / "big.db"
-    build_bulk_store(path, 120_000)
+    build_bulk_store(path, 60_000)
     before = _content_hash(path)
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(path), repr(T + 30 * DAY)], stderr=subprocess.PIPE,
