@@ -837,6 +837,24 @@ class BM25Index:
             acc += c
         return acc
 
+    def _sample_slots(self, terms, top_k: int, allowed: np.ndarray | None) -> np.ndarray | None:
+        """A few valid slots (sorted, distinct) whose exact scores bound the top_k-th from below:
+        all docs of the rarest terms (likely high scorers) topped up with the first docs of
+        the next terms. None when fewer than top_k valid docs turn up."""
+        want = 4 * top_k
+        parts = []
+        size = 0
+        for t_slots, _, _ in sorted(terms, key=lambda t: t[0].shape[0]):
+            n_i = t_slots.shape[0]
+            take = n_i if (size + n_i <= want or not parts) and n_i <= 64 * want else want
+            parts.append(t_slots[:take])
+            size += take
+            if size >= want:
+                break
+        sample = np.unique(np.concatenate(parts)) if len(parts) > 1 else parts[0].astype(np.int64)
+        sample = sample[self._valid_mask(sample, allowed)]
+        return sample if sample.shape[0] >= top_k else None
+
     def _search_pruned(self, terms, top_k: int, allowed: np.ndarray | None):
         """MaxScore-style candidate pruning for queries that touch many postings.
 
@@ -848,19 +866,8 @@ class BM25Index:
         """
         norm = self._norms()
         n_slots = self._n_slots
-        by_len = sorted(range(len(terms)), key=lambda i: terms[i][0].shape[0])
-        parts = []
-        size = 0
-        for i in by_len:
-            parts.append(terms[i][0])
-            size += terms[i][0].shape[0]
-            if size >= 4 * top_k:
-                break
-        if size > n_slots // 8 and not self._prune_always:
-            return None
-        sample = np.unique(np.concatenate(parts)) if len(parts) > 1 else parts[0]
-        sample = sample[self._valid_mask(sample, allowed)]
-        if sample.shape[0] < top_k:
+        sample = self._sample_slots(terms, top_k, allowed)
+        if sample is None:
             return None
         sample_scores = self._score_by_lookup(sample, terms, norm)
         kth = float(np.partition(sample_scores, sample.shape[0] - top_k)[sample.shape[0] - top_k])
@@ -932,19 +939,9 @@ class BM25Index:
         if top_k == 0:
             return _EMPTY_IDS.copy(), _EMPTY_SCORES.copy()
         def lower_bound(terms, view: np.ndarray) -> float:
-            # the top_k-th best score among a sample of valid docs bounds the answer from
-            # below; sample = postings of the rarest terms (cheap, and likely high scores)
-            sample_parts = []
-            size = 0
-            for t_slots, _, _ in sorted(terms, key=lambda t: t[0].shape[0]):
-                sample_parts.append(t_slots)
-                size += t_slots.shape[0]
-                if size >= 4 * top_k:
-                    break
-            sample = np.concatenate(sample_parts) if len(sample_parts) > 1 else sample_parts[0]
-            sample = np.unique(sample) if len(sample_parts) > 1 else sample
-            sample = sample[self._valid_mask(sample, allowed)]
-            if sample.shape[0] < top_k:
+            # the top_k-th best exact score among a few valid docs bounds the answer from below
+            sample = self._sample_slots(terms, top_k, allowed)
+            if sample is None:
                 return 0.0
             vals = view[sample]
             # a float64 bound just under the float32 value keeps float32 ties at the cut
