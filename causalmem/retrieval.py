@@ -227,8 +227,10 @@ def _blend(mem: "Memory", table, mask: np.ndarray, chans: tuple[str, ...], qvec,
 
     nids = np.fromiter(cand, dtype=np.int64, count=len(cand))
     base = base_of(nids)
+    # Reference = the score of a typical non-match: the depth-th best candidate; with fewer
+    # candidates than that, everything else in scope matched nothing, so 0.
     ref = np.partition(base, len(base) - p.candidates)[len(base) - p.candidates] if len(base) > p.candidates \
-        else float(base.min())
+        else 0.0
     energy = np.maximum(base - ref, 0.0)
     seeds: dict[int, float] = {}
     act: dict[int, float] = {}
