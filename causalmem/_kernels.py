@@ -25,6 +25,10 @@ HAVE_EXTENSION: bool = compiled is not None
 _impl = compiled if compiled is not None else reference
 
 spread = _impl.spread
+spread_view = _impl.spread_view
+GraphView = _impl.GraphView
+validate_seeds = _impl.validate_seeds
+set_strategy = _impl.set_strategy
 SpreadWorkspace = _impl.SpreadWorkspace
 clamp = _impl.clamp
 absmax_merge = _impl.absmax_merge
@@ -32,6 +36,7 @@ select_top_k = _impl.select_top_k
 coo_to_csr = _impl.coo_to_csr
 
 __all__ = [
-    "HAVE_EXTENSION", "compiled", "reference", "spread", "SpreadWorkspace", "clamp",
+    "HAVE_EXTENSION", "compiled", "reference", "spread", "spread_view", "GraphView",
+    "validate_seeds", "set_strategy", "SpreadWorkspace", "clamp",
     "absmax_merge", "select_top_k", "coo_to_csr",
 ]

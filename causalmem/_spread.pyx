@@ -15,7 +15,7 @@ with ``-ffp-contract=off`` so no FMA changes a rounding; the twin therefore matc
 from libc.stdint cimport int64_t, int32_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 from libc.stdlib cimport malloc, calloc, realloc, free
-from libc.math cimport fabsf
+from libc.math cimport fabsf, isfinite
 from libcpp.vector cimport vector
 from libcpp.pair cimport pair
 
@@ -82,6 +82,10 @@ cdef class SpreadWorkspace:
     cdef uint64_t* pairs
     cdef uint64_t* pairs_tmp
     cdef Py_ssize_t pairs_cap
+    cdef int32_t* useeds
+    cdef float* useed_e
+    cdef uint64_t* sorted_seeds
+    cdef Py_ssize_t seeds_cap
     cdef uint32_t stamp
     cdef readonly Py_ssize_t n_nodes
     cdef public int64_t edges_scanned
@@ -96,6 +100,10 @@ cdef class SpreadWorkspace:
         self.pairs = NULL
         self.pairs_tmp = NULL
         self.pairs_cap = 0
+        self.useeds = NULL
+        self.useed_e = NULL
+        self.sorted_seeds = NULL
+        self.seeds_cap = 0
         self.n_nodes = -1
         self.stamp = 0
 
@@ -116,6 +124,13 @@ cdef class SpreadWorkspace:
         self.pairs = NULL
         self.pairs_tmp = NULL
         self.pairs_cap = 0
+        free(self.useeds)
+        free(self.useed_e)
+        free(self.sorted_seeds)
+        self.useeds = NULL
+        self.useed_e = NULL
+        self.sorted_seeds = NULL
+        self.seeds_cap = 0
         self.slots = NULL
         self.act_list = NULL
         self.nlist = NULL
@@ -144,6 +159,30 @@ cdef class SpreadWorkspace:
         self.stamp = 0
         self.edges_scanned = 0
         self.steps = 0
+
+    cdef int _ensure_seeds(self, Py_ssize_t n_seeds) except -1:
+        """Scratch for the (deduplicated) seeds; grows, never shrinks."""
+        cdef size_t cap
+        if n_seeds <= self.seeds_cap and self.useeds != NULL:
+            return 0
+        cap = <size_t>max(n_seeds, 16)
+        free(self.useeds)
+        free(self.useed_e)
+        free(self.sorted_seeds)
+        self.useeds = <int32_t*>malloc(cap * sizeof(int32_t))
+        self.useed_e = <float*>malloc(cap * sizeof(float))
+        self.sorted_seeds = <uint64_t*>malloc(cap * sizeof(uint64_t))
+        if self.useeds == NULL or self.useed_e == NULL or self.sorted_seeds == NULL:
+            free(self.useeds)
+            free(self.useed_e)
+            free(self.sorted_seeds)
+            self.useeds = NULL
+            self.useed_e = NULL
+            self.sorted_seeds = NULL
+            self.seeds_cap = 0
+            raise MemoryError("cannot allocate seed scratch")
+        self.seeds_cap = <Py_ssize_t>cap
+        return 0
 
     cdef void _next_call(self, int64_t max_steps) noexcept:
         """Make room for 1 + max_steps fresh stamps (clear once every ~2^31 steps)."""
@@ -692,6 +731,97 @@ cdef int _view(CSRView* v, object arrays) except -1:
     return 0
 
 
+cdef class GraphView:
+    """The raw pointers of one validated CSR, taken once (``CSR`` keeps one per graph).
+
+    Holds references to the arrays, so the pointers stay valid; flipping entries of ``valid``
+    in place is seen by later calls, replacing the arrays is not.
+    """
+
+    cdef CSRView v
+    cdef object _refs
+
+    def __init__(self, indptr, indices, weights, valid=None, inhibitory=None):
+        arrays = (indptr, indices, weights, valid, inhibitory)
+        _view(&self.v, arrays)
+        self._refs = arrays
+
+    @property
+    def n_nodes(self):
+        return self.v.n
+
+
+cdef GraphView _EMPTY_VIEW = GraphView(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32),
+                                       np.zeros(0, dtype=np.float32))
+
+
+def validate_seeds(const int32_t[::1] seed_nodes, const float[::1] seed_energy, Py_ssize_t n):
+    """Index of the first seed that is out of [0, n) or not finite, else -1 (O(len(seeds)))."""
+    cdef Py_ssize_t i
+    if seed_energy.shape[0] != seed_nodes.shape[0]:
+        return 0
+    for i in range(seed_nodes.shape[0]):
+        if seed_nodes[i] < 0 or seed_nodes[i] >= n or not isfinite(seed_energy[i]):
+            return i
+    return -1
+
+
+def spread_view(GraphView graph, GraphView extra, seed_nodes, seed_energy, float decay,
+                float threshold, float lo, float hi, int64_t max_steps, bint reemit,
+                int64_t top_k, float teleport, float inhibit_multiplier,
+                SpreadWorkspace workspace):
+    """:func:`spread` over pre-built :class:`GraphView` objects (the per-query hot call).
+
+    ``extra`` may be None.  Seeds must be int32/float32 contiguous arrays.
+    """
+    cdef const int32_t[::1] sn = seed_nodes
+    cdef const float[::1] se = seed_energy
+    cdef const CSRView* x = &_EMPTY_VIEW.v if extra is None else &extra.v
+    return _run(&graph.v, x, sn, se, decay, threshold, lo, hi, max_steps, reemit, top_k,
+                teleport, inhibit_multiplier, workspace)
+
+
+cdef object _run(const CSRView* g, const CSRView* x, const int32_t[::1] sn,
+                 const float[::1] se, float decay, float threshold, float lo, float hi,
+                 int64_t max_steps, bint reemit, int64_t top_k, float teleport,
+                 float inhibit_multiplier, SpreadWorkspace ws):
+    cdef Py_ssize_t n_seeds = sn.shape[0], i, n, r
+    cdef int64_t scanned = 0, steps_run = 0
+    if se.shape[0] != n_seeds:
+        raise ValueError("seed_nodes and seed_energy must have the same length")
+    if max_steps < 0 or max_steps > 0x7FFFFFFF:
+        raise ValueError("max_steps must be in [0, 2**31 - 1]")
+    n = <Py_ssize_t>max(g.n, x.n)
+    for i in range(n_seeds):
+        if sn[i] < 0 or sn[i] >= n:
+            raise ValueError(f"seed node {sn[i]} out of range [0, {n})")
+    if ws is None:
+        ws = SpreadWorkspace(n)
+    else:
+        ws.ensure(n)
+    ws._next_call(max_steps)
+    ws._ensure_seeds(n_seeds)
+    cdef const int32_t* sn_p = &sn[0] if n_seeds > 0 else NULL
+    cdef const float* se_p = &se[0] if n_seeds > 0 else NULL
+    with nogil:
+        r = _spread_kernel(g, x, sn_p, se_p, n_seeds, ws.useeds, ws.useed_e,
+                           ws.sorted_seeds, n,
+                           decay, threshold, lo, hi, max_steps, reemit, top_k, teleport,
+                           inhibit_multiplier, ws.slots, &ws.stamp, ws.act_list, ws.nlist,
+                           ws.keys, ws.tmp, &ws.pairs, &ws.pairs_tmp, &ws.pairs_cap,
+                           &scanned, &steps_run)
+    out_nodes = np.empty(r, dtype=np.int32)
+    out_energy = np.empty(r, dtype=np.float32)
+    cdef int32_t[::1] on = out_nodes
+    cdef float[::1] oe = out_energy
+    if r > 0:
+        with nogil:
+            _finish(ws.keys, r, &on[0], &oe[0])
+    ws.edges_scanned = scanned
+    ws.steps = steps_run
+    return out_nodes, out_energy
+
+
 def spread(indptr, indices, weights, seed_nodes, seed_energy, *, valid=None, inhibitory=None,
            float decay=0.7, float threshold=0.1, float lo=-1.0, float hi=1.0,
            int64_t max_steps=5, bint reemit=True, int64_t top_k=0, float teleport=0.0,
@@ -717,48 +847,10 @@ def spread(indptr, indices, weights, seed_nodes, seed_energy, *, valid=None, inh
         Nodes with |energy| >= threshold, by |energy| descending then node index.
     """
     cdef CSRView g, x
-    cdef const int32_t[::1] sn = seed_nodes
-    cdef const float[::1] se = seed_energy
-    cdef Py_ssize_t n_seeds = sn.shape[0], i, n, r
-    cdef int64_t scanned = 0, steps_run = 0
     _view(&g, (indptr, indices, weights, valid, inhibitory))
     _view(&x, extra)
-    if se.shape[0] != n_seeds:
-        raise ValueError("seed_nodes and seed_energy must have the same length")
-    if max_steps < 0 or max_steps > 0x7FFFFFFF:
-        raise ValueError("max_steps must be in [0, 2**31 - 1]")
-    n = <Py_ssize_t>max(g.n, x.n)
-    for i in range(n_seeds):
-        if sn[i] < 0 or sn[i] >= n:
-            raise ValueError(f"seed node {sn[i]} out of range [0, {n})")
-    if workspace is None:
-        workspace = SpreadWorkspace(n)
-    else:
-        workspace.ensure(n)
-    cdef SpreadWorkspace ws = workspace
-    ws._next_call(max_steps)
-    cdef int32_t[::1] useeds = np.empty(max(n_seeds, 1), dtype=np.int32)
-    cdef float[::1] useed_e = np.empty(max(n_seeds, 1), dtype=np.float32)
-    cdef uint64_t[::1] sorted_seeds = np.empty(max(n_seeds, 1), dtype=np.uint64)
-    cdef const int32_t* sn_p = &sn[0] if n_seeds > 0 else NULL
-    cdef const float* se_p = &se[0] if n_seeds > 0 else NULL
-    with nogil:
-        r = _spread_kernel(&g, &x, sn_p, se_p, n_seeds, &useeds[0], &useed_e[0],
-                           &sorted_seeds[0], n,
-                           decay, threshold, lo, hi, max_steps, reemit, top_k, teleport,
-                           inhibit_multiplier, ws.slots, &ws.stamp, ws.act_list, ws.nlist,
-                           ws.keys, ws.tmp, &ws.pairs, &ws.pairs_tmp, &ws.pairs_cap,
-                           &scanned, &steps_run)
-    out_nodes = np.empty(r, dtype=np.int32)
-    out_energy = np.empty(r, dtype=np.float32)
-    cdef int32_t[::1] on = out_nodes
-    cdef float[::1] oe = out_energy
-    if r > 0:
-        with nogil:
-            _finish(ws.keys, r, &on[0], &oe[0])
-    ws.edges_scanned = scanned
-    ws.steps = steps_run
-    return out_nodes, out_energy
+    return _run(&g, &x, seed_nodes, seed_energy, decay, threshold, lo, hi, max_steps, reemit,
+                top_k, teleport, inhibit_multiplier, workspace)
 
 
 def clamp(float[::1] values, float lo, float hi):

@@ -157,6 +157,43 @@ def spread(indptr, indices, weights, seed_nodes, seed_energy, *, valid=None, inh
             np.array([act[j] for j in result], dtype=np.float32))
 
 
+class GraphView:
+    """Twin of the compiled view: just keeps the five arrays."""
+
+    def __init__(self, indptr, indices, weights, valid=None, inhibitory=None) -> None:
+        self.arrays = (indptr, indices, weights, valid, inhibitory)
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.arrays[0]) - 1
+
+
+def validate_seeds(seed_nodes, seed_energy, n) -> int:
+    """Index of the first seed that is out of [0, n) or not finite, else -1."""
+    if len(seed_nodes) != len(seed_energy):
+        return 0
+    for i, (s, e) in enumerate(zip(seed_nodes, seed_energy)):
+        if not 0 <= s < n or not np.isfinite(e):
+            return i
+    return -1
+
+
+def spread_view(graph, extra, seed_nodes, seed_energy, decay, threshold, lo, hi, max_steps,
+                reemit, top_k, teleport, inhibit_multiplier, workspace):
+    """:func:`spread` over :class:`GraphView` objects (same signature as the compiled one)."""
+    indptr, indices, weights, valid, inhibitory = graph.arrays
+    return spread(indptr, indices, weights, seed_nodes, seed_energy, valid=valid,
+                  inhibitory=inhibitory, decay=decay, threshold=threshold, lo=lo, hi=hi,
+                  max_steps=max_steps, reemit=reemit, top_k=top_k, teleport=teleport,
+                  inhibit_multiplier=inhibit_multiplier,
+                  extra=None if extra is None else extra.arrays, workspace=workspace)
+
+
+def set_strategy(sort_min_edges=1 << 62, sort_min_nodes=1 << 17):
+    """Twin of the compiled strategy switch (the reference has a single strategy)."""
+    return (sort_min_edges, sort_min_nodes)
+
+
 def clamp(values, lo, hi) -> None:
     """Clamp ``values`` (float32) to [lo, hi] in place (NaN is left as is)."""
     lo, hi = F32(lo), F32(hi)

@@ -140,6 +140,32 @@ def _check_param(name: str, value: Any) -> Any:
     return v
 
 
+_PARAM_ORDER = tuple(DEFAULT_PARAMS)
+_PARAM_CACHE: dict[tuple, tuple] = {}
+_PARAM_CACHE_MAX = 256
+
+
+def _param_tuple(params: dict[str, Any]) -> tuple:
+    """Validated parameters in kernel order; repeated parameter sets hit a small cache."""
+    if not params:
+        key: tuple = ()
+    else:
+        try:
+            key = tuple(sorted((k, type(v), v) for k, v in params.items()))
+            hit = _PARAM_CACHE.get(key)
+        except TypeError:  # unhashable or unorderable values: validate, no caching
+            p = _check_params(params)
+            return tuple(p[k] for k in _PARAM_ORDER)
+        if hit is not None:
+            return hit
+    p = _check_params(params)
+    out = tuple(p[k] for k in _PARAM_ORDER)
+    if len(_PARAM_CACHE) >= _PARAM_CACHE_MAX:
+        _PARAM_CACHE.clear()
+    _PARAM_CACHE[key] = out
+    return out
+
+
 def _check_params(params: dict[str, Any]) -> dict[str, Any]:
     out = dict(DEFAULT_PARAMS)
     for name, value in params.items():
@@ -173,7 +199,7 @@ class CSR:
     """
 
     __slots__ = ("indptr", "indices", "weights", "valid", "inhibitory", "_n", "_pool",
-                 "_lock", "_extra_arrays", "__weakref__")
+                 "_lock", "_gv", "__weakref__")
 
     def __init__(self, indptr: Any, indices: Any, weights: Any, *, valid: Any = None,
                  inhibitory: Any = None, _trusted: bool = False) -> None:
@@ -185,8 +211,7 @@ class CSR:
         self._n = len(self.indptr) - 1
         self._pool: list[Any] = []
         self._lock = threading.Lock()
-        self._extra_arrays = (self.indptr, self.indices, self.weights, self.valid,
-                              self.inhibitory)
+        self._gv: Any = None  # kernel view (raw pointers), made at the first query
 
     def _validate(self, indptr, indices, weights, valid, inhibitory) -> None:
         ip = _int_array("indptr", indptr)
@@ -246,68 +271,62 @@ class CSR:
         return f"CSR(n_nodes={self.n_nodes}, n_edges={self.n_edges})"
 
     # -- queries --------------------------------------------------------------------------
+    def _view(self) -> Any:
+        gv = self._gv
+        if gv is None:
+            gv = self._gv = _kernels.GraphView(self.indptr, self.indices, self.weights,
+                                               self.valid, self.inhibitory)
+        return gv
+
     def spread(self, seed_nodes: Any, seed_energy: Any, *, extra: "CSR | None" = None,
                **params: Any) -> tuple[np.ndarray, np.ndarray]:
         """Spreading activation from the seeds (SPEC §3).
 
         ``extra`` is an optional overlay ``CSR`` (it may have more nodes than this one) whose
-        edges are traversed exactly as if they were part of this graph.  The node space of the
-        call is ``max(self.n_nodes, extra.n_nodes)``.  Returns ``(nodes int32, energy float32)``
-        sorted by |energy| descending, ties by lower node index.
+        edges are traversed exactly as if they were part of this graph, in the same step.  The
+        node space of the call is ``max(self.n_nodes, extra.n_nodes)``.  Returns
+        ``(nodes int32, energy float32)`` sorted by |energy| descending, ties by lower index.
+        Costs O(len(seeds)) of checks, then the traversal; never O(N) or O(E).
         """
-        p = _check_params(params) if params else DEFAULT_PARAMS
+        return self._spread(seed_nodes, seed_energy, extra, params)[:2]
+
+    def spread_with_stats(self, seed_nodes: Any, seed_energy: Any, *, extra: "CSR | None" = None,
+                          **params: Any) -> tuple[np.ndarray, np.ndarray, int]:
+        """Like :meth:`spread`, also returning the number of edges scanned (benchmarks)."""
+        return self._spread(seed_nodes, seed_energy, extra, params)
+
+    def _spread(self, seed_nodes, seed_energy, extra, params):
+        p = _param_tuple(params)
         if extra is not None and not isinstance(extra, CSR):
             raise TypeError(f"extra must be a CSR or None, got {type(extra).__name__}")
         n = self._n if extra is None else max(self._n, extra._n)
         nodes, energy = _check_seeds(seed_nodes, seed_energy, n)
         if len(nodes) == 0 or n == 0:
-            return _EMPTY_I32.copy(), _EMPTY_F32.copy()
-        ws = self._acquire(n)
-        try:
-            return _kernels.spread(
-                self.indptr, self.indices, self.weights, nodes, energy,
-                valid=self.valid, inhibitory=self.inhibitory,
-                extra=None if extra is None else extra._extra_arrays,
-                workspace=ws, **p,
-            )
-        finally:
-            self._release(ws)
-
-    def _acquire(self, n: int) -> Any:
+            return _EMPTY_I32.copy(), _EMPTY_F32.copy(), 0
+        # Thread safety: each call borrows its own workspace from a lock-protected pool.
         with self._lock:
             ws = self._pool.pop() if self._pool else None
         if ws is None:
             ws = _kernels.SpreadWorkspace(n)
-        else:
-            ws.ensure(n)
-        return ws
-
-    def _release(self, ws: Any) -> None:
-        with self._lock:
-            self._pool.append(ws)
-
-    def spread_with_stats(self, seed_nodes: Any, seed_energy: Any, *, extra: "CSR | None" = None,
-                          **params: Any) -> tuple[np.ndarray, np.ndarray, int]:
-        """Like :meth:`spread`, also returning the number of edges scanned (benchmarks)."""
-        p = _check_params(params) if params else DEFAULT_PARAMS
-        n = self._n if extra is None else max(self._n, extra._n)
-        nodes, energy = _check_seeds(seed_nodes, seed_energy, n)
-        if len(nodes) == 0 or n == 0:
-            return _EMPTY_I32.copy(), _EMPTY_F32.copy(), 0
-        ws = self._acquire(n)
         try:
-            out = _kernels.spread(
-                self.indptr, self.indices, self.weights, nodes, energy,
-                valid=self.valid, inhibitory=self.inhibitory,
-                extra=None if extra is None else extra._extra_arrays,
-                workspace=ws, **p,
-            )
-            return out[0], out[1], int(ws.edges_scanned)
+            out = _kernels.spread_view(self._view(), None if extra is None else extra._view(),
+                                       nodes, energy, *p, ws)
+            scanned = ws.edges_scanned
         finally:
-            self._release(ws)
+            with self._lock:
+                self._pool.append(ws)
+        return out[0], out[1], scanned
 
 
 def _check_seeds(seed_nodes: Any, seed_energy: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    if (type(seed_nodes) is np.ndarray and type(seed_energy) is np.ndarray
+            and seed_nodes.dtype == np.int32 and seed_energy.dtype == np.float32
+            and seed_nodes.ndim == 1 and seed_energy.ndim == 1
+            and seed_nodes.flags.c_contiguous and seed_energy.flags.c_contiguous
+            and len(seed_nodes) == len(seed_energy)):
+        # fast path: already kernel-typed; one compiled O(len(seeds)) check
+        if _kernels.validate_seeds(seed_nodes, seed_energy, n) < 0:
+            return seed_nodes, seed_energy
     nodes = _as_1d("seed_nodes", seed_nodes)
     energy = _as_1d("seed_energy", seed_energy)
     if len(nodes) != len(energy):
@@ -325,7 +344,7 @@ def _check_seeds(seed_nodes: Any, seed_energy: Any, n: int) -> tuple[np.ndarray,
         raise ValueError(f"seed_nodes out of range: found {int(bad)}, graph has {n} nodes")
     if energy.dtype.kind == "f" and not np.isfinite(energy).all():
         raise ValueError("seed_energy must be finite")
-    if energy.dtype != np.float32:
+    if energy.dtype != np.float32 or not energy.flags.c_contiguous:
         # beyond-float32 magnitudes saturate (they are clamped to [lo, hi] anyway)
         energy = np.clip(energy.astype(np.float64), -_F32_MAX, _F32_MAX)
     return (np.ascontiguousarray(nodes, dtype=np.int32),
