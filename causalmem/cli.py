@@ -144,6 +144,12 @@ def cmd_demo(args, out) -> int:
     return 0
 
 
+def cmd_mcp(args, out) -> int:
+    from .mcp_server import serve
+
+    return serve(args.db, semantic=args.semantic)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="causalmem", description="Long-term causal memory for AI agents.")
     p.add_argument("--db", help="database file (default: $CAUSALMEM_DB or the user data directory)")
@@ -182,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     sl.set_defaults(func=cmd_sleep)
     sub.add_parser("demo", help="build the DevOps example in a temporary database and query it").set_defaults(
         func=cmd_demo)
+    sub.add_parser("mcp", help="serve the memory to MCP clients over stdio (needs causalmem[mcp])").set_defaults(
+        func=cmd_mcp)
     for sp in sub.choices.values():
         # Accept --db/--semantic after the subcommand too; SUPPRESS keeps the top-level value.
         sp.add_argument("--db", dest="db", default=argparse.SUPPRESS, help="database file")
