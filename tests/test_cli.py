@@ -58,3 +58,13 @@ def test_bad_input_is_a_clear_error_with_exit_code_2(tmp_path):
     bad.write_text("not a database")
     r = run("--db", str(bad), "stats")
     assert r.returncode == 2 and "not a SQLite database" in r.stderr
+
+
+def test_sleep_prints_the_report_table(tmp_path):
+    db = str(tmp_path / "cli.db")
+    run("--db", db, "record", "skip code review", "hidden bugs crashed production", "--confidence", "0.9")
+    dry = run("--db", db, "sleep", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "dry run" in dry.stdout.lower() and "protected" in dry.stdout
+    wet = run("--db", db, "sleep")
+    assert wet.returncode == 0 and "retired" in wet.stdout
