@@ -34,9 +34,10 @@ clamp = _impl.clamp
 absmax_merge = _impl.absmax_merge
 select_top_k = _impl.select_top_k
 coo_to_csr = _impl.coo_to_csr
+transpose_csr = _impl.transpose_csr
 
 __all__ = [
     "HAVE_EXTENSION", "compiled", "reference", "spread", "spread_view", "GraphView",
     "validate_seeds", "set_strategy", "SpreadWorkspace", "clamp",
-    "absmax_merge", "select_top_k", "coo_to_csr",
+    "absmax_merge", "select_top_k", "coo_to_csr", "transpose_csr",
 ]

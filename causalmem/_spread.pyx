@@ -980,3 +980,83 @@ def coo_to_csr(Py_ssize_t n_nodes, const int32_t[::1] src, const int32_t[::1] ds
             if out_h_p != NULL:
                 out_h_p[p] = h_p[e]
     return indptr_a, indices_a, weights_a, valid_a, inhib_a, pos_a
+
+
+def transpose_csr(Py_ssize_t n_nodes, const int64_t[::1] indptr, const int32_t[::1] indices,
+                  const float[::1] weights, valid=None, inhibitory=None):
+    """Reverse CSR of a CSR (counting sort of its edges by target, stable in CSR order).
+
+    Returns ``(indptr, indices, weights, valid, inhibitory, rev_of_fwd, fwd_of_rev)``; the two
+    int32 position maps link each forward edge to its reverse twin.  Needs E < 2**31.
+    """
+    cdef Py_ssize_t e, E = indices.shape[0], s
+    cdef int64_t p, q
+    cdef int32_t d
+    cdef const uint8_t[::1] v_in
+    cdef const uint8_t[::1] h_in
+    cdef const uint8_t* v_p = NULL
+    cdef const uint8_t* h_p = NULL
+    cdef uint8_t* ov_p = NULL
+    cdef uint8_t* oh_p = NULL
+    cdef uint8_t[::1] ov
+    cdef uint8_t[::1] oh
+    if E >= 0x7FFFFFFF:
+        raise ValueError("transpose_csr needs fewer than 2**31 edges")
+    if indptr.shape[0] != n_nodes + 1 or weights.shape[0] != E:
+        raise ValueError("inconsistent CSR arrays")
+    r_indptr_a = np.zeros(n_nodes + 1, dtype=np.int64)
+    r_indices_a = np.empty(E, dtype=np.int32)
+    r_weights_a = np.empty(E, dtype=np.float32)
+    rof_a = np.empty(E, dtype=np.int32)
+    for_a = np.empty(E, dtype=np.int32)
+    cursor_a = np.empty(max(n_nodes, 1), dtype=np.int64)
+    r_valid_a = None
+    r_inhib_a = None
+    if valid is not None:
+        v_in = valid
+        if v_in.shape[0] != E:
+            raise ValueError("valid must have one entry per edge")
+        r_valid_a = np.empty(E, dtype=np.uint8)
+        ov = r_valid_a
+        if E > 0:
+            v_p = &v_in[0]
+            ov_p = &ov[0]
+    if inhibitory is not None:
+        h_in = inhibitory
+        if h_in.shape[0] != E:
+            raise ValueError("inhibitory must have one entry per edge")
+        r_inhib_a = np.empty(E, dtype=np.uint8)
+        oh = r_inhib_a
+        if E > 0:
+            h_p = &h_in[0]
+            oh_p = &oh[0]
+    for e in range(E):
+        if indices[e] < 0 or indices[e] >= n_nodes:
+            raise ValueError(f"indices[{e}] = {indices[e]} out of range [0, {n_nodes})")
+    cdef int64_t[::1] rip = r_indptr_a
+    cdef int32_t[::1] rix = r_indices_a
+    cdef float[::1] rw = r_weights_a
+    cdef int32_t[::1] rof = rof_a
+    cdef int32_t[::1] fo = for_a
+    cdef int64_t[::1] cursor = cursor_a
+    with nogil:
+        for e in range(E):
+            rip[indices[e] + 1] += 1
+        for s in range(n_nodes):
+            rip[s + 1] += rip[s]
+        for s in range(n_nodes):
+            cursor[s] = rip[s]
+        for s in range(n_nodes):
+            for p in range(indptr[s], indptr[s + 1]):
+                d = indices[p]
+                q = cursor[d]
+                cursor[d] = q + 1
+                rix[q] = <int32_t>s
+                rw[q] = weights[p]
+                rof[p] = <int32_t>q
+                fo[q] = <int32_t>p
+                if ov_p != NULL:
+                    ov_p[q] = v_p[p]
+                if oh_p != NULL:
+                    oh_p[q] = h_p[p]
+    return r_indptr_a, r_indices_a, r_weights_a, r_valid_a, r_inhib_a, rof_a, for_a

@@ -379,3 +379,21 @@ def spread_vectorized(indptr, indices, weights, seed_nodes, seed_energy, *, vali
     if workspace is not None:
         workspace.edges_scanned = scanned
     return res[order].astype(np.int32), e[order].astype(np.float32)
+
+
+def transpose_csr(n_nodes, indptr, indices, weights, valid=None, inhibitory=None):
+    """Reverse CSR (stable by target, then CSR position) plus the two position maps."""
+    e = len(indices)
+    if len(indptr) != n_nodes + 1 or len(weights) != e:
+        raise ValueError("inconsistent CSR arrays")
+    rows = np.repeat(np.arange(n_nodes, dtype=np.int32), np.diff(indptr))
+    order = np.argsort(indices, kind="stable")            # reverse position -> forward position
+    r_indptr = np.zeros(n_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(indices, minlength=n_nodes), out=r_indptr[1:])
+    idx_type = np.int32 if e < 2**31 - 1 else np.int64
+    rev_of_fwd = np.empty(e, dtype=idx_type)
+    rev_of_fwd[order] = np.arange(e, dtype=idx_type)
+    return (r_indptr, rows[order], np.asarray(weights, np.float32)[order],
+            None if valid is None else np.asarray(valid, np.uint8)[order],
+            None if inhibitory is None else np.asarray(inhibitory, np.uint8)[order],
+            rev_of_fwd, order.astype(idx_type))

@@ -20,6 +20,7 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 import numpy as np
 
 from .config import PRESETS, SpreadParams
+from . import _kernels
 from .spreading import CSR, _coo_to_csr
 from .types import Activation, Relation
 
@@ -151,33 +152,29 @@ class CausalGraph:
     def _build(self, n_nodes, src, dst, values, inhibitory, valid, edge_keys, ids, index) -> None:
         src_a = np.asarray(src)
         n_edges = len(src_a)
-        if valid is None:
-            valid_a = np.ones(n_edges, dtype=np.uint8)
-        else:
-            valid_a = np.asarray(valid)
         inhib_a = None
         if inhibitory is not None:
             inhib_a = np.asarray(inhibitory)
             if inhib_a.ndim == 1 and len(inhib_a) == n_edges and not inhib_a.any():
                 inhib_a = None  # no inhibitory edge: save a byte per edge and direction
-        fwd, fwd_pos = _coo_to_csr(n_nodes, src_a, dst, values, valid=valid_a,
+        fwd, fwd_pos = _coo_to_csr(n_nodes, src_a, dst, values, valid=valid,
                                    inhibitory=inhib_a)
-        rev, rev_pos = _coo_to_csr(n_nodes, dst, src_a, values, valid=valid_a,
-                                   inhibitory=inhib_a)
-        # every query reads valid; invalidate writes it, so it must be our own writable array
-        if fwd.valid is None:  # pragma: no cover - _coo_to_csr always returns one here
+        # every query reads valid and invalidate() writes it: always our own array
+        if fwd.valid is None:
             fwd.valid = np.ones(n_edges, dtype=np.uint8)
-            rev.valid = np.ones(n_edges, dtype=np.uint8)
+        e = n_edges
+        # the reverse CSR is the transpose of the forward one (stable by target, then forward
+        # position); the same pass yields both position maps
+        transpose = _kernels.transpose_csr if e < _INT32_MAX else _kernels.reference.transpose_csr
+        r_indptr, r_indices, r_weights, r_valid, r_inhib, rev_of_fwd, fwd_of_rev = transpose(
+            fwd.n_nodes, fwd.indptr, fwd.indices, fwd.weights, fwd.valid, fwd.inhibitory)
+        rev = CSR(r_indptr, r_indices, r_weights, valid=r_valid, inhibitory=r_inhib,
+                  _trusted=True)
         self.forward: CSR = fwd
         self.reverse: CSR = rev
-        e = n_edges
-        rev_of_fwd = np.empty(e, dtype=np.int64)
-        rev_of_fwd[fwd_pos] = rev_pos
-        fwd_of_rev = np.empty(e, dtype=np.int64)
-        fwd_of_rev[rev_pos] = fwd_pos
-        self._rev_of_fwd = _small_index(rev_of_fwd)
-        self._fwd_of_rev = _small_index(fwd_of_rev)
-        identity = e == 0 or bool((np.diff(src_a) >= 0).all())
+        self._rev_of_fwd = rev_of_fwd
+        self._fwd_of_rev = fwd_of_rev
+        identity = e < 2 or bool((src_a[1:] >= src_a[:-1]).all())
         self._fwd_pos = None if identity else _small_index(fwd_pos)
         # edge keys -> edge ordinal
         self._keys_sorted: np.ndarray | None = None

@@ -500,3 +500,25 @@ def test_malformed_input_never_crashes():
     nodes, energy = spread([0, 1, 1], [1], [1.0], np.zeros(100_000, np.int64),
                            np.full(100_000, 0.5))
     assert list(nodes) == [0, 1]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_transpose_csr_twins_agree(impl):
+    rng = np.random.default_rng(4)
+    n, e = 30, 300
+    fwd = CSR.from_coo(n, rng.integers(0, n, e), rng.integers(0, n, e),
+                       rng.random(e).astype(np.float32), valid=rng.random(e) < 0.7,
+                       inhibitory=rng.random(e) < 0.2)
+    got = impl.transpose_csr(n, fwd.indptr, fwd.indices, fwd.weights, fwd.valid,
+                             fwd.inhibitory)
+    ref = _spread_py.transpose_csr(n, fwd.indptr, fwd.indices, fwd.weights, fwd.valid,
+                                   fwd.inhibitory)
+    for a, b in zip(got, ref):
+        np.testing.assert_array_equal(a, b)
+    r_indptr, r_indices, r_weights, r_valid, r_inhib, rev_of_fwd, fwd_of_rev = got
+    rows = np.repeat(np.arange(n), np.diff(fwd.indptr))
+    # the maps link twins: same endpoints, weight and flags
+    np.testing.assert_array_equal(r_indices[rev_of_fwd], rows)
+    np.testing.assert_array_equal(r_weights[rev_of_fwd], fwd.weights)
+    np.testing.assert_array_equal(fwd_of_rev[rev_of_fwd], np.arange(e))
+    np.testing.assert_array_equal(r_valid[rev_of_fwd], fwd.valid)
