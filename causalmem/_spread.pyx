@@ -53,12 +53,12 @@ cdef const float[::1] _EMPTY_F32 = np.zeros(1, dtype=np.float32)
 
 
 ctypedef struct Slot:
-    # All per-node state of a call in one 16-byte record: one cache line serves the
-    # read-modify-write of an edge and the clamp / merge passes.  A stamp equal to the current
-    # step (call) stamp marks ``nxt`` (``act``) as set; anything else reads as 0, so nothing is
-    # ever zeroed between steps or calls.
-    float nxt
+    # All per-node state of a call in one 16-byte record.  A stamp equal to the current step
+    # (call) stamp marks ``nidx`` (``act``) as set; anything else reads as unset/0, so nothing is
+    # ever zeroed between steps or calls.  The running sums of a step live in a separate dense
+    # array ``vals`` indexed by first-touch order, so the clamp pass reads them sequentially.
     uint32_t nstamp
+    int32_t nidx            # position of the node in this step's touched list / sums
     float act
     uint32_t astamp
 
@@ -75,6 +75,7 @@ cdef class SpreadWorkspace:
     """
 
     cdef Slot* slots
+    cdef float* vals
     cdef int32_t* act_list
     cdef int32_t* nlist
     cdef uint64_t* keys
@@ -93,6 +94,7 @@ cdef class SpreadWorkspace:
 
     def __cinit__(self, Py_ssize_t n_nodes=0):
         self.slots = NULL
+        self.vals = NULL
         self.act_list = NULL
         self.nlist = NULL
         self.keys = NULL
@@ -115,6 +117,7 @@ cdef class SpreadWorkspace:
 
     cdef void _free(self) noexcept:
         free(self.slots)
+        free(self.vals)
         free(self.act_list)
         free(self.nlist)
         free(self.keys)
@@ -132,6 +135,7 @@ cdef class SpreadWorkspace:
         self.sorted_seeds = NULL
         self.seeds_cap = 0
         self.slots = NULL
+        self.vals = NULL
         self.act_list = NULL
         self.nlist = NULL
         self.keys = NULL
@@ -146,11 +150,12 @@ cdef class SpreadWorkspace:
         cdef size_t n = <size_t>max(n_nodes, 1)
         self._free()
         self.slots = <Slot*>calloc(n, sizeof(Slot))
+        self.vals = <float*>malloc((n + 1) * sizeof(float))
         self.act_list = <int32_t*>malloc(n * sizeof(int32_t))
         self.nlist = <int32_t*>malloc((n + 1) * sizeof(int32_t))  # +1: branch-free append
         self.keys = <uint64_t*>malloc(n * sizeof(uint64_t))
         self.tmp = <uint64_t*>malloc(n * sizeof(uint64_t))
-        if (self.slots == NULL or self.act_list == NULL or self.nlist == NULL
+        if (self.slots == NULL or self.vals == NULL or self.act_list == NULL or self.nlist == NULL
                 or self.keys == NULL or self.tmp == NULL):
             self._free()
             self.n_nodes = -1
@@ -195,7 +200,7 @@ cdef class SpreadWorkspace:
         """Bytes of scratch memory held."""
         if self.n_nodes < 0:
             return 0
-        return max(self.n_nodes, 1) * (sizeof(Slot) + 4 + 4 + 8 + 8) + self.pairs_cap * 16
+        return max(self.n_nodes, 1) * (sizeof(Slot) + 4 + 4 + 4 + 8 + 8) + self.pairs_cap * 16
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,13 +243,13 @@ cdef inline float _key_value(uint64_t k) noexcept nogil:
 
 
 cdef inline void _emit(const CSRView* g, int32_t s, float e, float scale_pos, float scale_inh,
-                       bint use_inh, Slot* slots, uint32_t st, int32_t* nlist,
+                       bint use_inh, Slot* slots, float* vals, uint32_t st, int32_t* nlist,
                        Py_ssize_t* nn, int64_t* scanned) noexcept nogil:
     """Add the contributions of source ``s`` (energy ``e``) over its out-edges in ``g``."""
     cdef int64_t p, start, end
     cdef int32_t j
     cdef float c, ae
-    cdef Py_ssize_t fresh
+    cdef float zero = 0.0
     cdef Slot* sl
     cdef const uint8_t* valid = g.valid
     cdef const uint8_t* inhib = g.inhib
@@ -269,12 +274,14 @@ cdef inline void _emit(const CSRView* g, int32_t s, float e, float scale_pos, fl
                 c = (e * weights[p]) * scale_pos
             j = indices[p]
             sl = &slots[j]
-            # branch-free first touch: a random 50/50 branch here costs more than the work
-            fresh = sl.nstamp != st
-            sl.nxt = (0.0 if fresh else sl.nxt) + c
-            sl.nstamp = st
-            nlist[m] = j
-            m += fresh
+            if sl.nstamp != st:
+                sl.nstamp = st
+                sl.nidx = <int32_t>m
+                nlist[m] = j
+                vals[m] = zero + c
+                m += 1
+            else:
+                vals[sl.nidx] += c
     elif valid != NULL:
         for p in range(start, end):
             if p + PF < end:
@@ -284,12 +291,14 @@ cdef inline void _emit(const CSRView* g, int32_t s, float e, float scale_pos, fl
             c = (e * weights[p]) * scale_pos
             j = indices[p]
             sl = &slots[j]
-            # branch-free first touch: a random 50/50 branch here costs more than the work
-            fresh = sl.nstamp != st
-            sl.nxt = (0.0 if fresh else sl.nxt) + c
-            sl.nstamp = st
-            nlist[m] = j
-            m += fresh
+            if sl.nstamp != st:
+                sl.nstamp = st
+                sl.nidx = <int32_t>m
+                nlist[m] = j
+                vals[m] = zero + c
+                m += 1
+            else:
+                vals[sl.nidx] += c
     else:
         for p in range(start, end):
             if p + PF < end:
@@ -297,12 +306,14 @@ cdef inline void _emit(const CSRView* g, int32_t s, float e, float scale_pos, fl
             c = (e * weights[p]) * scale_pos
             j = indices[p]
             sl = &slots[j]
-            # branch-free first touch: a random 50/50 branch here costs more than the work
-            fresh = sl.nstamp != st
-            sl.nxt = (0.0 if fresh else sl.nxt) + c
-            sl.nstamp = st
-            nlist[m] = j
-            m += fresh
+            if sl.nstamp != st:
+                sl.nstamp = st
+                sl.nidx = <int32_t>m
+                nlist[m] = j
+                vals[m] = zero + c
+                m += 1
+            else:
+                vals[sl.nidx] += c
     nn[0] = m
 
 
@@ -470,7 +481,7 @@ cdef Py_ssize_t _spread_kernel(
         int32_t* useeds, float* useed_e, uint64_t* sorted_seeds, Py_ssize_t n_nodes,
         float decay, float thr, float lo, float hi, int64_t max_steps, bint reemit,
         int64_t top_k, float teleport, float inhibit_multiplier,
-        Slot* slots, uint32_t* stamp, int32_t* act_list, int32_t* nlist,
+        Slot* slots, float* vals, uint32_t* stamp, int32_t* act_list, int32_t* nlist,
         uint64_t* keys, uint64_t* tmp, uint64_t** pairs, uint64_t** pairs_tmp,
         Py_ssize_t* pairs_cap,
         int64_t* scanned, int64_t* steps_run) noexcept nogil:
@@ -615,9 +626,10 @@ cdef Py_ssize_t _spread_kernel(
             for i in range(n_src):
                 s = <int32_t>(keys[i] >> 32)
                 e = _src_energy(keys[i])
-                _emit(g, s, e, scale_pos, scale_inh, use_inh, slots, st, nlist, &nn, scanned)
+                _emit(g, s, e, scale_pos, scale_inh, use_inh, slots, vals, st, nlist, &nn,
+                      scanned)
                 if x.n > 0:
-                    _emit(x, s, e, scale_pos, scale_inh, use_inh, slots, st, nlist, &nn,
+                    _emit(x, s, e, scale_pos, scale_inh, use_inh, slots, vals, st, nlist, &nn,
                           scanned)
             # 3. teleport back to the seeds
             if do_tel:
@@ -626,16 +638,15 @@ cdef Py_ssize_t _spread_kernel(
                     sl = &slots[s]
                     if sl.nstamp != st:
                         sl.nstamp = st
-                        sl.nxt = 0.0
+                        sl.nidx = <int32_t>nn
                         nlist[nn] = s
+                        vals[nn] = 0.0
                         nn += 1
-                    sl.nxt = omt * sl.nxt + tel * useed_e[i]
+                    vals[sl.nidx] = omt * vals[sl.nidx] + tel * useed_e[i]
             # 4. clamp, drop below threshold
             for i in range(nn):
-                if i + PF < nn:
-                    CM_PREFETCH(&slots[nlist[i + PF]])
                 j = nlist[i]
-                val = _clampf(slots[j].nxt, lo, hi)
+                val = _clampf(vals[i], lo, hi)
                 if _active(val, thr):
                     kk = _key(val, j)
                     keys[m] = kk
@@ -807,7 +818,8 @@ cdef object _run(const CSRView* g, const CSRView* x, const int32_t[::1] sn,
         r = _spread_kernel(g, x, sn_p, se_p, n_seeds, ws.useeds, ws.useed_e,
                            ws.sorted_seeds, n,
                            decay, threshold, lo, hi, max_steps, reemit, top_k, teleport,
-                           inhibit_multiplier, ws.slots, &ws.stamp, ws.act_list, ws.nlist,
+                           inhibit_multiplier, ws.slots, ws.vals, &ws.stamp, ws.act_list,
+                           ws.nlist,
                            ws.keys, ws.tmp, &ws.pairs, &ws.pairs_tmp, &ws.pairs_cap,
                            &scanned, &steps_run)
     out_nodes = np.empty(r, dtype=np.int32)
