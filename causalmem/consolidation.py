@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import sys
 import time
 from collections import Counter, defaultdict
@@ -57,7 +58,7 @@ from . import learning
 from .config import Config
 from .errors import LLMError
 from .judges import EdgeInfo, RuleJudge, Verdict
-from .lexical import tokenize
+from .lexical import DEFAULT_TOKENIZER, tokenize
 from .store_learning import POLARITY_CODES, POLARITY_NAMES, SOURCE_CODES, SUBTYPE_CODES
 from .types import Relation, SleepReport
 
@@ -70,7 +71,7 @@ NOVELTY_WINDOW = 64
 REPLAY_THRESHOLD = 1.0
 PATTERN_JACCARD = 0.65
 MAX_PATTERN_GROUP = 2000
-MAX_PATTERN_CANDIDATES = 1_000_000
+MAX_PATTERN_CANDIDATES = 300_000
 MAX_JUDGE_CALLS = 200  # per cycle for judges without a cheap pre-filter; the rest waits for the next
 PROGRESS_MIN_ROWS = 50_000
 LAST_SLEEP_KEY = "last_sleep_at"
@@ -197,24 +198,24 @@ def jaccard_pairs(docs: Sequence[frozenset], probe: Sequence[bool], threshold: f
     """
     vocab: dict[Any, int] = {}
     ids = [np.fromiter((vocab.setdefault(t, len(vocab)) for t in d), dtype=np.int64) for d in docs]
-    return _jaccard_ids(ids, len(vocab), probe, threshold, accept, max_group=max_group)
+    lens = np.fromiter((len(d) for d in ids), dtype=np.int64, count=len(ids))
+    cols = np.concatenate(ids) if ids else np.empty(0, np.int64)
+    return _jaccard_csr(np.r_[0, np.cumsum(lens)], cols, len(vocab), probe, threshold, accept, max_group=max_group)
 
 
-def _jaccard_ids(ids: Sequence[np.ndarray], n_vocab: int, probe: Sequence[bool], threshold: float,
-                 accept: Callable[[int, int], bool] | None = None, *,
+def _jaccard_csr(indptr: np.ndarray, cols: np.ndarray, n_vocab: int, probe: Sequence[bool] | np.ndarray,
+                 threshold: float, accept: Callable[[int, int], bool] | None = None, *,
                  max_group: int | None = None) -> list[tuple[int, int, float]]:
-    """``jaccard_pairs`` over documents given as arrays of distinct integer token ids < n_vocab."""
-    n = len(ids)
-    if n < 2 or not any(probe):
+    """``jaccard_pairs`` over documents in CSR form: doc i = distinct token ids cols[indptr[i]:indptr[i+1]]."""
+    n = len(indptr) - 1
+    probe = np.asarray(probe, dtype=bool)
+    if n < 2 or not probe.any() or not len(cols):
         return []
     max_group = MAX_PATTERN_GROUP if max_group is None else max_group
-    lens = np.fromiter((len(d) for d in ids), dtype=np.int64, count=n)
-    if not lens.sum():
-        return []
-    cols = np.concatenate(ids).astype(np.int64, copy=False)
+    lens = np.diff(indptr)
+    cols = np.asarray(cols, dtype=np.int64)
     col = cols
     row = np.repeat(np.arange(n, dtype=np.int64), lens)
-    indptr = np.r_[0, np.cumsum(lens)]
     df = np.bincount(col, minlength=n_vocab)
     rank = np.empty(n_vocab, dtype=np.int64)
     rank[np.lexsort((np.arange(n_vocab), df))] = np.arange(n_vocab)
@@ -228,7 +229,7 @@ def _jaccard_ids(ids: Sequence[np.ndarray], n_vocab: int, probe: Sequence[bool],
     p_doc, p_rank = p_doc[g_order], p_rank[g_order]
     starts = np.flatnonzero(np.r_[True, p_rank[1:] != p_rank[:-1]])
     sizes = np.diff(np.r_[starts, len(p_rank)])
-    probe_arr = np.asarray(probe, dtype=bool)
+    probe_arr = probe
     pa: list[np.ndarray] = []
     pb: list[np.ndarray] = []
     skipped = 0
@@ -655,80 +656,137 @@ def _linked_pairs(edges: np.ndarray, valid: np.ndarray) -> set[tuple[int, int]]:
 
 
 class _Docs:
-    """Decisions with task tags: token ids of the text and of the pattern, tags, scope, novelty."""
+    """Decisions with task tags, in CSR form: token ids of the text and of the pattern (text ∪
+    outcome texts), tag codes, scope code, novelty."""
 
     def __init__(self) -> None:
-        self.nids: list[int] = []
-        self.text_ids: list[np.ndarray] = []
-        self.pattern_ids: list[np.ndarray] = []
-        self.tags: list[frozenset] = []
-        self.scope: list[tuple] = []
-        self.new: list[bool] = []
+        self.nids = np.empty(0, np.int64)
+        self.text = (np.zeros(1, np.int64), np.empty(0, np.int64))
+        self.pattern = (np.zeros(1, np.int64), np.empty(0, np.int64))
+        self.tags = (np.zeros(1, np.int64), np.empty(0, np.int64))
+        self.scope = np.empty(0, np.int64)
+        self.new = np.empty(0, bool)
         self.n_vocab = 0
+
+    def tag_set(self, i: int) -> frozenset:
+        ptr, val = self.tags
+        return frozenset(val[ptr[i]:ptr[i + 1]].tolist())
+
+
+def _csr_from_pairs(doc: np.ndarray, val: np.ndarray, n_docs: int, n_vals: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct (doc, value) pairs as CSR (values sorted within a doc)."""
+    key = _unique(doc.astype(np.int64) * max(n_vals, 1) + val)
+    d, v = key // max(n_vals, 1), key % max(n_vals, 1)
+    return np.r_[0, np.cumsum(np.bincount(d, minlength=n_docs))], v
+
+
+def _gather(indptr: np.ndarray, cols: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(owner index, value) of every entry of the CSR rows ``rows`` (rows may repeat)."""
+    lens = indptr[rows + 1] - indptr[rows]
+    total = int(lens.sum())
+    owner = np.repeat(np.arange(len(rows)), lens)
+    offs = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
+    return owner, cols[np.repeat(indptr[rows], lens) + offs]
+
+
+_ASCII_WORD_RE = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")  # lexical's ASCII word pattern
+
+
+class _WordIds(dict):
+    """surface word -> term id (-1 = stop word), memoised; terms from the lexical tokenizer."""
+
+    def __init__(self, vocab: dict[str, int]) -> None:
+        super().__init__()
+        self.vocab = vocab
+        self.term_of = DEFAULT_TOKENIZER.term_of
+
+    def __missing__(self, word: str) -> int:
+        term = self.term_of(word)
+        tid = -1 if term is None else self.vocab.setdefault(term, len(self.vocab))
+        self[word] = tid
+        return tid
 
 
 def _decision_docs(store, last_sleep: float) -> _Docs:
     docs = _Docs()
+    e_src, e_dst, e_disc, e_tag = [], [], [], []
+    tag_code: dict[str, int] = {}
+    for s_, d_, disc, tag in store.tagged_edge_rows():
+        e_src.append(s_)
+        e_dst.append(d_)
+        e_disc.append(disc)
+        e_tag.append(tag_code.setdefault(tag, len(tag_code)))
+    if not e_src:
+        return docs
+    e_src, e_dst = np.asarray(e_src, np.int64), np.asarray(e_dst, np.int64)
+    e_disc, e_tag = np.asarray(e_disc, np.float64), np.asarray(e_tag, np.int64)
+    need = _unique(np.concatenate([e_src, e_dst]))
+    size = int(need[-1]) + 1
+    pos = np.full(size, -1, np.int64)
+    pos[need] = np.arange(len(need))
     vocab: dict[str, int] = {}
-    cache: dict[str, list[int]] = {}
-
-    def ids_of(text: str) -> list[int]:
-        got = cache.get(text)
-        if got is None:
-            got = cache[text] = [vocab.setdefault(t, len(vocab)) for t in tokenize(text)]
-        return got
-
-    cur_nid = None
-    tags: set[str] = set()
-    pattern: set[int] = set()
-    text_ids: set[int] = set()
-    new = False
-    scope: tuple = ()
-
-    def flush() -> None:
-        if cur_nid is None:
-            return
-        docs.nids.append(cur_nid)
-        docs.text_ids.append(np.fromiter(text_ids, dtype=np.int64, count=len(text_ids)))
-        docs.pattern_ids.append(np.fromiter(pattern, dtype=np.int64, count=len(pattern)))
-        docs.tags.append(frozenset(tags))
-        docs.scope.append(scope)
-        docs.new.append(new)
-
-    for nid, tag, text, user, agent, run, created, outcome, disc in store.tagged_decision_rows():
-        if nid != cur_nid:
-            flush()
-            cur_nid, tags = nid, set()
-            text_ids = set(ids_of(text))
-            pattern = set(text_ids)
-            scope = (user, agent, run)
-            new = created > last_sleep
-        tags.add(tag)
-        pattern.update(ids_of(outcome))
-        new = new or disc > last_sleep
-    flush()
-    docs.n_vocab = len(vocab)
+    scope_code: dict[tuple, int] = {}
+    c_scope = np.full(len(need), -1, np.int64)
+    c_created = np.zeros(len(need))
+    tok_lens = np.zeros(len(need), np.int64)
+    tok_cols: list[int] = []
+    word_ids = _WordIds(vocab)
+    findall = _ASCII_WORD_RE.findall
+    for nid, text, user, agent, run, created in store.chunk_rows_for_mining(need.tolist()):
+        i = pos[nid]
+        c_scope[i] = scope_code.setdefault((user, agent, run), len(scope_code))
+        c_created[i] = created
+        if text.isascii():  # fast path, same terms as lexical.tokenize
+            ids = set(map(word_ids.__getitem__, findall(text.lower())))
+            ids.discard(-1)
+        else:
+            ids = {vocab.setdefault(t, len(vocab)) for t in tokenize(text)}
+        tok_lens[i] = len(ids)
+        tok_cols.extend(sorted(ids))
+    tok_indptr = np.r_[0, np.cumsum(tok_lens)]
+    tok_cols_arr = np.asarray(tok_cols, np.int64)
+    live = (c_scope[pos[e_src]] >= 0) & (c_scope[pos[e_dst]] >= 0)  # both chunks alive
+    e_src, e_dst, e_disc, e_tag = e_src[live], e_dst[live], e_disc[live], e_tag[live]
+    if not len(e_src):
+        return docs
+    dnids = _unique(e_src)
+    dpos = np.searchsorted(dnids, e_src)  # doc index of every edge
+    n_docs, n_vocab = len(dnids), max(len(vocab), 1)
+    docs.nids = dnids
+    docs.n_vocab = n_vocab
+    cidx = pos[dnids]
+    t_owner, t_val = _gather(tok_indptr, tok_cols_arr, cidx)
+    docs.text = _csr_from_pairs(t_owner, t_val, n_docs, n_vocab)
+    o_owner, o_val = _gather(tok_indptr, tok_cols_arr, pos[e_dst])
+    docs.pattern = _csr_from_pairs(np.concatenate([t_owner, dpos[o_owner]]), np.concatenate([t_val, o_val]),
+                                   n_docs, n_vocab)
+    docs.tags = _csr_from_pairs(dpos, e_tag, n_docs, max(len(tag_code), 1))
+    docs.scope = c_scope[cidx]
+    newest = np.full(n_docs, -np.inf)
+    np.maximum.at(newest, dpos, e_disc)
+    docs.new = (c_created[cidx] > last_sleep) | (newest > last_sleep)
     return docs
 
 
 def _mine(store, docs: _Docs, linked: set[tuple[int, int]], now: float, *, kind: str) -> int:
     """Stage 2 patterns (kind='patterns', meta 'repeated') or stage 4 REM links (kind='rem', 'similar_to')."""
-    if len(docs.nids) < 2 or not any(docs.new):
+    if len(docs.nids) < 2 or not docs.new.any():
         return 0
+    scope = docs.scope
     if kind == "patterns":
-        sets, subtype = docs.text_ids, "repeated"
+        (indptr, cols), subtype = docs.text, "repeated"
 
         def accept(i: int, j: int) -> bool:
-            return docs.scope[i] == docs.scope[j] and docs.tags[i] != docs.tags[j]
+            return scope[i] == scope[j] and docs.tag_set(i) != docs.tag_set(j)
     else:
-        sets, subtype = docs.pattern_ids, "similar_to"
+        (indptr, cols), subtype = docs.pattern, "similar_to"
 
         def accept(i: int, j: int) -> bool:
-            return docs.scope[i] == docs.scope[j] and not (docs.tags[i] & docs.tags[j])
+            return scope[i] == scope[j] and not (docs.tag_set(i) & docs.tag_set(j))
 
     made = 0
-    for i, j, _jac in _jaccard_ids(sets, docs.n_vocab, docs.new, PATTERN_JACCARD, accept):
-        a, b = docs.nids[i], docs.nids[j]
+    for i, j, _jac in _jaccard_csr(indptr, cols, docs.n_vocab, docs.new, PATTERN_JACCARD, accept):
+        a, b = int(docs.nids[i]), int(docs.nids[j])
         key = (min(a, b), max(a, b))
         if key in linked:
             continue

@@ -149,14 +149,33 @@ class LearningStoreMixin:
             out.update(self.query(f"SELECT nid, text FROM chunks WHERE nid IN ({','.join('?' * len(part))})", part))
         return out
 
-    def tagged_decision_rows(self) -> list[tuple]:
-        """(decision nid, task_tag, decision text, user, agent, run, decision created_at, outcome text,
-        edge discovered_at) for every valid caused/enabled/prevented edge with a task tag between live chunks."""
+    def tagged_edge_rows(self) -> list[tuple]:
+        """(src, dst, discovered_at, task_tag) of every valid caused/enabled/prevented edge with a task tag."""
         return self.query(
-            "SELECT e.src, e.task_tag, s.text, s.user_id, s.agent_id, s.run_id, s.created_at, d.text, e.discovered_at "
-            "FROM edges e JOIN chunks s ON s.nid = e.src JOIN chunks d ON d.nid = e.dst "
-            "WHERE e.valid_to IS NULL AND e.task_tag IS NOT NULL AND e.relation IN ('caused', 'enabled', 'prevented') "
-            "AND s.valid_to IS NULL AND d.valid_to IS NULL ORDER BY e.src, e.eid")
+            "SELECT src, dst, discovered_at, task_tag FROM edges WHERE valid_to IS NULL AND task_tag IS NOT NULL "
+            "AND relation IN ('caused', 'enabled', 'prevented')")
+
+    def chunk_rows_for_mining(self, nids: Sequence[int]) -> Iterable[tuple]:
+        """(nid, text, user, agent, run, created_at) of the live chunks among ``nids`` (any order)."""
+        wanted = set(int(n) for n in nids)
+        total = self.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+        if len(wanted) * 4 < total:  # few: indexed lookups
+            ordered = sorted(wanted)
+            for i in range(0, len(ordered), 900):
+                part = ordered[i:i + 900]
+                yield from self.conn.execute(
+                    "SELECT nid, text, user_id, agent_id, run_id, created_at FROM chunks WHERE valid_to IS NULL "
+                    f"AND nid IN ({','.join('?' * len(part))})", part)
+            return
+        cur = self.conn.execute(
+            "SELECT nid, text, user_id, agent_id, run_id, created_at FROM chunks WHERE valid_to IS NULL")
+        while True:
+            rows = cur.fetchmany(50000)
+            if not rows:
+                break
+            for row in rows:
+                if row[0] in wanted:
+                    yield row
 
     def has_new_tagged_decisions(self, since: float) -> bool:
         """Whether a valid tagged caused/enabled/prevented edge or its decision chunk is newer than ``since``."""
