@@ -52,13 +52,17 @@ cdef const int32_t[::1] _EMPTY_I32 = np.zeros(1, dtype=np.int32)
 cdef const float[::1] _EMPTY_F32 = np.zeros(1, dtype=np.float32)
 
 
+# Per-node state, versioned by stamps: a stamp equal to the current step (call) stamp marks
+# ``nidx`` (``act``) as set; anything else reads as unset / 0, so nothing is ever zeroed between
+# steps or calls.  The edge scatter only needs ``Slot`` (8 bytes: a smaller array, more of it in
+# cache); ``ASlot`` is read for sources and kept nodes only.  The running sums of a step live
+# in a dense array ``vals`` indexed by first-touch order, so the clamp pass reads them in order.
 ctypedef struct Slot:
-    # All per-node state of a call in one 16-byte record.  A stamp equal to the current step
-    # (call) stamp marks ``nidx`` (``act``) as set; anything else reads as unset/0, so nothing is
-    # ever zeroed between steps or calls.  The running sums of a step live in a separate dense
-    # array ``vals`` indexed by first-touch order, so the clamp pass reads them sequentially.
     uint32_t nstamp
     int32_t nidx            # position of the node in this step's touched list / sums
+
+
+ctypedef struct ASlot:
     float act
     uint32_t astamp
 
@@ -75,6 +79,7 @@ cdef class SpreadWorkspace:
     """
 
     cdef Slot* slots
+    cdef ASlot* aslots
     cdef float* vals
     cdef int32_t* act_list
     cdef int32_t* nlist
@@ -94,6 +99,7 @@ cdef class SpreadWorkspace:
 
     def __cinit__(self, Py_ssize_t n_nodes=0):
         self.slots = NULL
+        self.aslots = NULL
         self.vals = NULL
         self.act_list = NULL
         self.nlist = NULL
@@ -117,6 +123,7 @@ cdef class SpreadWorkspace:
 
     cdef void _free(self) noexcept:
         free(self.slots)
+        free(self.aslots)
         free(self.vals)
         free(self.act_list)
         free(self.nlist)
@@ -135,6 +142,7 @@ cdef class SpreadWorkspace:
         self.sorted_seeds = NULL
         self.seeds_cap = 0
         self.slots = NULL
+        self.aslots = NULL
         self.vals = NULL
         self.act_list = NULL
         self.nlist = NULL
@@ -150,12 +158,13 @@ cdef class SpreadWorkspace:
         cdef size_t n = <size_t>max(n_nodes, 1)
         self._free()
         self.slots = <Slot*>calloc(n, sizeof(Slot))
+        self.aslots = <ASlot*>calloc(n, sizeof(ASlot))
         self.vals = <float*>malloc((n + 1) * sizeof(float))
         self.act_list = <int32_t*>malloc(n * sizeof(int32_t))
         self.nlist = <int32_t*>malloc((n + 1) * sizeof(int32_t))  # +1: branch-free append
         self.keys = <uint64_t*>malloc(n * sizeof(uint64_t))
         self.tmp = <uint64_t*>malloc(n * sizeof(uint64_t))
-        if (self.slots == NULL or self.vals == NULL or self.act_list == NULL or self.nlist == NULL
+        if (self.slots == NULL or self.aslots == NULL or self.vals == NULL or self.act_list == NULL or self.nlist == NULL
                 or self.keys == NULL or self.tmp == NULL):
             self._free()
             self.n_nodes = -1
@@ -193,6 +202,7 @@ cdef class SpreadWorkspace:
         """Make room for 1 + max_steps fresh stamps (clear once every ~2^31 steps)."""
         if <uint64_t>self.stamp + <uint64_t>max_steps + 2 >= <uint64_t>_STAMP_LIMIT:
             memset(self.slots, 0, <size_t>max(self.n_nodes, 1) * sizeof(Slot))
+            memset(self.aslots, 0, <size_t>max(self.n_nodes, 1) * sizeof(ASlot))
             self.stamp = 0
 
     @property
@@ -200,7 +210,7 @@ cdef class SpreadWorkspace:
         """Bytes of scratch memory held."""
         if self.n_nodes < 0:
             return 0
-        return max(self.n_nodes, 1) * (sizeof(Slot) + 4 + 4 + 4 + 8 + 8) + self.pairs_cap * 16
+        return max(self.n_nodes, 1) * (sizeof(Slot) + sizeof(ASlot) + 4 + 4 + 4 + 8 + 8) + self.pairs_cap * 16
 
 
 # ---------------------------------------------------------------------------------------------
@@ -481,7 +491,7 @@ cdef Py_ssize_t _spread_kernel(
         int32_t* useeds, float* useed_e, uint64_t* sorted_seeds, Py_ssize_t n_nodes,
         float decay, float thr, float lo, float hi, int64_t max_steps, bint reemit,
         int64_t top_k, float teleport, float inhibit_multiplier,
-        Slot* slots, float* vals, uint32_t* stamp, int32_t* act_list, int32_t* nlist,
+        Slot* slots, ASlot* aslots, float* vals, uint32_t* stamp, int32_t* act_list, int32_t* nlist,
         uint64_t* keys, uint64_t* tmp, uint64_t** pairs, uint64_t** pairs_tmp,
         Py_ssize_t* pairs_cap,
         int64_t* scanned, int64_t* steps_run) noexcept nogil:
@@ -505,6 +515,7 @@ cdef Py_ssize_t _spread_kernel(
     cdef uint64_t kk
     cdef uint64_t* pbuf
     cdef Slot* sl
+    cdef ASlot* asl
     cdef bint use_sort
     # float32 factors, computed exactly as the twin computes them (double, then rounded)
     cdef float scale_pos = <float>(<double>decay * (1.0 - <double>teleport))
@@ -522,20 +533,20 @@ cdef Py_ssize_t _spread_kernel(
     # seeds: duplicates add (in input order), then clamp
     for i in range(n_seeds):
         s = seed_nodes[i]
-        sl = &slots[s]
-        if sl.astamp != cst:
-            sl.astamp = cst
-            sl.act = seed_energy[i]
+        asl = &aslots[s]
+        if asl.astamp != cst:
+            asl.astamp = cst
+            asl.act = seed_energy[i]
             act_list[n_act] = s
             n_act += 1
             useeds[nu] = s
             nu += 1
         else:
-            sl.act = sl.act + seed_energy[i]
+            asl.act = asl.act + seed_energy[i]
     for i in range(nu):
-        sl = &slots[useeds[i]]
-        sl.act = _clampf(sl.act, lo, hi)
-        useed_e[i] = sl.act
+        asl = &aslots[useeds[i]]
+        asl.act = _clampf(asl.act, lo, hi)
+        useed_e[i] = asl.act
         sorted_seeds[i] = _src_key(useeds[i], useed_e[i])
     sort(sorted_seeds, sorted_seeds + nu)     # for the merge-join of the teleport
     # first sources (non-reemit): the active seeds, by node index
@@ -556,7 +567,7 @@ cdef Py_ssize_t _spread_kernel(
             n_src = 0
             for i in range(n_act):
                 j = act_list[i]
-                val = slots[j].act
+                val = aslots[j].act
                 if _active(val, thr):
                     keys[n_src] = _src_key(j, val)
                     n_src += 1
@@ -661,19 +672,19 @@ cdef Py_ssize_t _spread_kernel(
             kk = keys[i]
             j = _key_node(kk)
             val = _key_value(kk)
-            sl = &slots[j]
-            if sl.astamp != cst:
-                sl.astamp = cst
-                sl.act = val
+            asl = &aslots[j]
+            if asl.astamp != cst:
+                asl.astamp = cst
+                asl.act = val
                 act_list[n_act] = j
                 n_act += 1
                 newly += 1
             else:
-                old = sl.act
+                old = asl.act
                 if not _active(old, thr):
                     newly += 1
                 if fabsf(val) > fabsf(old):
-                    sl.act = val
+                    asl.act = val
             if not reemit:
                 keys[i] = _src_key(j, val)
         if not reemit:
@@ -689,7 +700,7 @@ cdef Py_ssize_t _spread_kernel(
     r = 0
     for i in range(n_act):
         j = act_list[i]
-        val = slots[j].act
+        val = aslots[j].act
         if _active(val, thr):
             keys[r] = _key(val, j)
             r += 1
@@ -818,7 +829,7 @@ cdef object _run(const CSRView* g, const CSRView* x, const int32_t[::1] sn,
         r = _spread_kernel(g, x, sn_p, se_p, n_seeds, ws.useeds, ws.useed_e,
                            ws.sorted_seeds, n,
                            decay, threshold, lo, hi, max_steps, reemit, top_k, teleport,
-                           inhibit_multiplier, ws.slots, ws.vals, &ws.stamp, ws.act_list,
+                           inhibit_multiplier, ws.slots, ws.aslots, ws.vals, &ws.stamp, ws.act_list,
                            ws.nlist,
                            ws.keys, ws.tmp, &ws.pairs, &ws.pairs_tmp, &ws.pairs_cap,
                            &scanned, &steps_run)
