@@ -242,7 +242,7 @@ def _blend(mem: "Memory", table, mask: np.ndarray, chans: tuple[str, ...], qvec,
 
     base = base_of(nids)
     # With fewer candidates than that, everything else in scope matched nothing: reference 0.
-    ref = np.partition(base, len(base) - p.candidates)[len(base) - p.candidates] if len(base) > p.candidates \
+    ref = np.partition(base, len(base) - p.candidates)[len(base) - p.candidates] if len(base) >= p.candidates \
         else 0.0
     energy = np.maximum(base - ref, 0.0)
     seeds: dict[int, float] = {}
@@ -264,11 +264,9 @@ def _blend(mem: "Memory", table, mask: np.ndarray, chans: tuple[str, ...], qvec,
     return nids, energy, seeds, act
 
 
-def _degrees(mem: "Memory", nodes: np.ndarray) -> np.ndarray:
-    """Number of edges (both directions, base graph + overlay) at each node."""
-    graph, extra = mem._projection.current()
+def _degrees(parts: Sequence[Any], nodes: np.ndarray) -> np.ndarray:
+    """Number of edges at each node, summed over the given CSR parts (forward, reverse, overlay)."""
     deg = np.zeros(len(nodes), dtype=np.float64)
-    parts = [graph.forward, graph.reverse] + (list(extra) if extra is not None else [])
     for csr in parts:
         ip = csr.indptr
         inside = nodes < len(ip) - 1
@@ -292,12 +290,14 @@ def _graph_bonus(mem: "Memory", table, seed_ids: np.ndarray, seed_energy: np.nda
     (LoCoMo-dev with reinforcement on: recall@10 0.26 without, 0.72 with).
     """
     e_max = float(seed_energy.max())
+    graph, extra = mem._projection.current()
+    parts = [graph.forward, graph.reverse] + (list(extra) if extra is not None else [])
     kw = mem.config.pedsa.as_kwargs()
     hi = float(kw.get("hi", 1.0))
     # Energies scaled so the best seed starts at the clamp ceiling: weak seeds stay above the
     # kernel's activation threshold after a temporal hop.
     energy = hi * seed_energy / e_max * (0.5 + 0.5 * table.q[seed_ids])
-    energy = (energy / np.maximum(1.0, _degrees(mem, seed_ids) / p.unit_degree) ** p.degree_power).astype(np.float32)
+    energy = (energy / np.maximum(1.0, _degrees(parts, seed_ids) / p.unit_degree) ** p.degree_power).astype(np.float32)
     got_ids, got_val = [], []
     odd = (seed_ids % 2).astype(bool)
     for weight, reverse in ((p.graph_forward, False), (p.graph_backward, True)):
@@ -320,7 +320,7 @@ def _graph_bonus(mem: "Memory", table, seed_ids: np.ndarray, seed_energy: np.nda
         return ids, np.empty(0)
     keys, inv = np.unique(ids, return_inverse=True)
     val = np.bincount(inv, weights=np.concatenate(got_val), minlength=len(keys))
-    val *= np.maximum(1.0, _degrees(mem, keys) / p.unit_degree) ** -p.degree_power
+    val *= np.maximum(1.0, _degrees(parts, keys) / p.unit_degree) ** -p.degree_power
     return keys, np.minimum(val, p.graph_cap * e_max)
 
 
