@@ -252,6 +252,34 @@ cdef inline float _key_value(uint64_t k) noexcept nogil:
     return x
 
 
+cdef inline void _prefetch_row(const CSRView* g, int32_t s, const Slot* slots) noexcept nogil:
+    """Prefetch the edge arrays and the first target slots of source ``s`` (rows are short
+    on average, so the in-row prefetch of _emit rarely covers the start of a row)."""
+    cdef int64_t p, start, end
+    if s >= g.n:
+        return
+    start = g.indptr[s]
+    end = g.indptr[s + 1]
+    if end - start > PF:
+        end = start + PF
+    for p in range(start, end):
+        CM_PREFETCH(&slots[g.indices[p]])
+
+
+cdef inline void _prefetch_edges(const CSRView* g, int32_t s) noexcept nogil:
+    """Prefetch the start of the edge rows of source ``s``."""
+    cdef int64_t start
+    if s >= g.n:
+        return
+    start = g.indptr[s]
+    CM_PREFETCH(&g.indices[start])
+    CM_PREFETCH(&g.weights[start])
+    if g.valid != NULL:
+        CM_PREFETCH(&g.valid[start])
+    if g.inhib != NULL:
+        CM_PREFETCH(&g.inhib[start])
+
+
 cdef inline void _emit(const CSRView* g, int32_t s, float e, float scale_pos, float scale_inh,
                        bint use_inh, Slot* slots, float* vals, uint32_t st, int32_t* nlist,
                        Py_ssize_t* nn, int64_t* scanned) noexcept nogil:
@@ -637,6 +665,14 @@ cdef Py_ssize_t _spread_kernel(
             for i in range(n_src):
                 s = <int32_t>(keys[i] >> 32)
                 e = _src_energy(keys[i])
+                # software pipelining across sources: rows of later sources are random
+                # three stages: indptr (i+12), edge rows (i+6), target slots (i+2)
+                if i + 12 < n_src:
+                    CM_PREFETCH(&g.indptr[<int32_t>(keys[i + 12] >> 32)])
+                if i + 6 < n_src:
+                    _prefetch_edges(g, <int32_t>(keys[i + 6] >> 32))
+                if i + 2 < n_src:
+                    _prefetch_row(g, <int32_t>(keys[i + 2] >> 32), slots)
                 _emit(g, s, e, scale_pos, scale_inh, use_inh, slots, vals, st, nlist, &nn,
                       scanned)
                 if x.n > 0:
