@@ -1,25 +1,31 @@
 """The only import point of the spreading kernels.
 
 Tries the compiled extension ``causalmem._spread``; falls back to the plain-Python twin
-``causalmem._spread_py`` (same names and semantics, much slower).  ``HAVE_EXTENSION`` says which
+``causalmem._spread_py`` (same names and semantics, much slower).  ``CAUSALMEM_PURE_PYTHON=1``
+forces the twin (debugging).  ``HAVE_EXTENSION`` says which
 one is in use; a test fails when it is False so that a silent fallback cannot pass CI.
 """
 from __future__ import annotations
 
 import logging
+import os
 
 from . import _spread_py as reference
 
-try:
-    from . import _spread as compiled
-except ImportError as exc:  # pragma: no cover - exercised only without a build
+_IMPORT_ERROR: ImportError | None = None
+if os.environ.get("CAUSALMEM_PURE_PYTHON") == "1":  # debugging switch: force the twin
     compiled = None
-    _IMPORT_ERROR: ImportError | None = exc
-    logging.getLogger("causalmem").warning(
-        "causalmem: compiled kernels not available (%s); using the pure-Python reference", exc
-    )
+    _IMPORT_ERROR = ImportError("disabled by CAUSALMEM_PURE_PYTHON=1")
 else:
-    _IMPORT_ERROR = None
+    try:
+        from . import _spread as compiled
+    except ImportError as exc:  # pragma: no cover - exercised only without a build
+        compiled = None
+        _IMPORT_ERROR = exc
+        logging.getLogger("causalmem").warning(
+            "causalmem: compiled kernels not available (%s); using the pure-Python reference",
+            exc,
+        )
 
 HAVE_EXTENSION: bool = compiled is not None
 _impl = compiled if compiled is not None else reference
