@@ -334,8 +334,18 @@ def _content_hash(path) -> str:
 
 
 _CHILD = """
-import sys
+import sys, time
+from causalmem import consolidation
 from causalmem.memory import Memory
+
+stage = consolidation._Progress.stage
+
+def paused(self, name):  # hold the transaction open once decay and Hebbian fading have written
+    stage(self, name)
+    if name == "rem":
+        time.sleep(120)
+
+consolidation._Progress.stage = paused
 mem = Memory(sys.argv[1], embedder=None)
 mem.sleep(now=float(sys.argv[2]), progress=True)
 print("finished", flush=True)
@@ -355,14 +365,14 @@ def test_sigkill_mid_sleep_leaves_the_store_unchanged(tmp_path):
         deadline = time.monotonic() + 120
         for line in proc.stderr:
             seen.append(line)
-            if " hebbian" in line:  # decay has written its rows; the transaction is still open
+            if " rem" in line:  # decay + Hebbian have written their rows; the transaction is still open
                 os.kill(proc.pid, signal.SIGKILL)
                 break
             assert time.monotonic() < deadline
     finally:
         proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL, ("".join(seen), proc.stdout.read())
-    assert any("decay" in s for s in seen)
+    assert any("decay" in s for s in seen) and any("hebbian" in s for s in seen)
     con = sqlite3.connect(str(path))
     assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     con.close()
