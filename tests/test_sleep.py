@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from causalmem import consolidation
-from causalmem.judges import RuleJudge
 from causalmem.lexical import tokenize
 from causalmem.memory import Memory
 from causalmem.store import text_hash
