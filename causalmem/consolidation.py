@@ -645,7 +645,7 @@ def _cycle(store, *, config: Config, now: float, judge, prefilter, action: str, 
     counts["rem_links"] = _mine(store, decisions_docs, linked, now, kind="rem")
     timer.stop()
 
-    store.set_meta(LAST_SLEEP_KEY, repr(now))
+    store.set_meta(LAST_SLEEP_KEY, repr(max(now, last_sleep)))  # a clock set back never re-decays a period
     summary = {k: v for k, v in counts.items()}
     summary["now"] = now
     store.set_meta(LAST_REPORT_KEY, json.dumps(summary, sort_keys=True))

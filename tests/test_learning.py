@@ -320,7 +320,9 @@ def test_decay_through_sleep_on_a_real_store(tmp_path):
         assert r2.decayed == 5 and r2.retired == 1
         r3 = mem.sleep(now=T + 15 * DAY)  # same instant again: nothing left to decay
         assert r3.decayed == 0
-        assert mem.get_edge(rule.id).confidence == pytest.approx(0.8 * 0.99 ** 15)
+        assert mem.sleep(now=T + 12 * DAY).decayed == 0  # an earlier clock neither decays nor rewinds
+        assert mem.sleep(now=T + 16 * DAY).decayed == 4  # one more day, counted from day 15
+        assert mem.get_edge(rule.id).confidence == pytest.approx(0.8 * 0.99 ** 16)
 
 
 def test_access_boost_through_sleep(tmp_path):
