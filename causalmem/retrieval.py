@@ -260,7 +260,10 @@ def _blend(mem: "Memory", table, mask: np.ndarray, chans: tuple[str, ...], qvec,
                     nids = np.concatenate([nids, new])
                     energy = np.concatenate([energy, np.maximum(base_of(new) - ref, 0.0)])
                 order = np.argsort(g_ids)
-                energy = energy + _lookup(g_ids[order], g_val[order], nids)
+                # A node reached over a ``prevented`` edge arrives with negative energy: a warning
+                # ("this stopped that") is relevant knowledge, so it counts by magnitude; the
+                # sign stays visible in ``explain`` (activation < 0).
+                energy = energy + np.abs(_lookup(g_ids[order], g_val[order], nids))
     return nids, energy, seeds, act
 
 
@@ -321,7 +324,7 @@ def _graph_bonus(mem: "Memory", table, seed_ids: np.ndarray, seed_energy: np.nda
     keys, inv = np.unique(ids, return_inverse=True)
     val = np.bincount(inv, weights=np.concatenate(got_val), minlength=len(keys))
     val *= np.maximum(1.0, _degrees(parts, keys) / p.unit_degree) ** -p.degree_power
-    return keys, np.minimum(val, p.graph_cap * e_max)
+    return keys, np.clip(val, -p.graph_cap * e_max, p.graph_cap * e_max)
 
 
 def _graph_channel(mem: "Memory", table, seeds: dict[int, float], mask: np.ndarray) -> dict[int, float]:
