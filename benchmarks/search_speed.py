@@ -376,7 +376,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import platform
 
     meta = {"command": "python benchmarks/search_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "machine": f"{os.cpu_count()} cores, Python {platform.python_version()}, {platform.machine()}",
+            "machine": f"{os.cpu_count()} cores, Python {platform.python_version()}, {platform.machine()}, "
+                       f"load average at the end {os.getloadavg()[0]:.1f} (other jobs share the machine)",
             "n_q": args.queries, "seconds": time.perf_counter() - t0, "notes": NOTES}
     md = markdown(rows, sem, meta)
     if args.out != "-":

@@ -242,3 +242,12 @@ def test_semantic_channel_with_packaged_model(embedder, clock):
         assert mem.search("storage full on the DB machine", user_id="u")[0].text.startswith("The database")
         # a dog question lands on the puppy
         assert "puppy" in mem.search("dog", user_id="u", reinforce=False)[0].text
+
+
+def test_preventer_surfaces_as_warning(devops):
+    hits = devops.search("sql injection", channels=LEX_GRAPH, explain=True, reinforce=False)
+    by_text = {h.text: h for h in hits}
+    assert "add input validation" in by_text
+    sig = by_text["add input validation"].signals
+    assert sig["activation"] < 0 and sig["lexical_rank"] is None
+    assert any(e["relation"] == "prevented" for e in sig["path"])
