@@ -836,7 +836,9 @@ def format_report(report: SleepReport) -> str:
     lines.append(f"{'stage':<{w0}} {'count':>{w1}}  {'what':<{w2}} {'time':>8}")
     lines.append("-" * (w0 + w1 + w2 + 12))
     for stage, key, tkey, what in _ROWS:
-        value = data.get(key, 0)
+        if key not in data:  # a count this version of SleepReport does not carry
+            continue
+        value = data[key]
         shown = f"{value:.3f}" if isinstance(value, float) else str(value)
         t = f"{elapsed[tkey]:.3f}s" if tkey and tkey in elapsed else ""
         lines.append(f"{stage:<{w0}} {shown:>{w1}}  {what:<{w2}} {t:>8}")
