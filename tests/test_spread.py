@@ -82,6 +82,14 @@ def test_graph_a_forward_and_reverse():
     assert list(nodes) == [idx["d2"], idx["o2"], idx["o3"]]
     nodes, energy = rev.spread([idx["o2"]], [0.5 + 0.5 * 0.7], **CAUSAL)
     check(as_dict(GRAPH_A_NAMES, nodes, energy), {"o2": 0.85, "d2": 0.50575})
+    # the package-level function on raw arrays (CSR(...).spread(...))
+    nodes, energy = causalmem.spread(fwd.indptr, fwd.indices, fwd.weights, [idx["d2"]], [0.85],
+                                     inhibitory=fwd.inhibitory, **CAUSAL)
+    assert nodes.dtype == np.int32 and energy.dtype == np.float32
+    check(as_dict(GRAPH_A_NAMES, nodes, energy), {"d2": 0.85, "o2": 0.50575, "o3": -0.1071})
+    nodes, energy = causalmem.spread(rev.indptr, rev.indices, rev.weights, [idx["o2"]], [0.85],
+                                     inhibitory=rev.inhibitory, **CAUSAL)
+    check(as_dict(GRAPH_A_NAMES, nodes, energy), {"o2": 0.85, "d2": 0.50575})
 
 
 def devops():
