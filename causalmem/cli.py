@@ -118,7 +118,7 @@ def cmd_sleep(args, out) -> int:
     from .consolidation import format_report
 
     with _open(args) as mem:
-        report = mem.sleep(dry_run=args.dry_run, progress=True)
+        report = mem.sleep(dry_run=args.dry_run, action=args.action, progress=True)
         print(format_report(report), file=out)
     return 0
 
@@ -185,7 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("stats", help="counts of chunks, edges, ...").set_defaults(func=cmd_stats)
     sl = sub.add_parser("sleep", help="run one consolidation cycle")
-    sl.add_argument("--dry-run", action="store_true")
+    sl.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
+    sl.add_argument("--action", choices=["annotate", "retire"], default="annotate",
+                    help="what supersession does to an outdated lesson (default: annotate)")
     sl.set_defaults(func=cmd_sleep)
     sub.add_parser("demo", help="build the DevOps example in a temporary database and query it").set_defaults(
         func=cmd_demo)

@@ -670,7 +670,9 @@ class Memory:
                 self._store.put_embeddings((nid, emb.model_name, emb.dim, text_hash(r["text"]), vector_to_blob(v))
                                            for nid, r, v in zip(nids, rows, vecs))
             chain = ([prev] if prev is not None else []) + nids
-            edge_rows = [{"src": a, "dst": b, "relation": Relation.TEMPORAL, "confidence": 1.0, "source": "temporal",
+            # source "session": turn adjacency is structure, not a learned temporal relation, so it
+            # decays like rule edges (×0.99/day) instead of the 7-day half-life of "temporal" edges.
+            edge_rows = [{"src": a, "dst": b, "relation": Relation.TEMPORAL, "confidence": 1.0, "source": "session",
                           "event_time": r["event_time"], "discovered_at": now}
                          for a, b, r in zip(chain, chain[1:], rows[len(rows) - len(chain) + 1:])]
             inserted = self._store.insert_edges_bulk(edge_rows)

@@ -620,7 +620,7 @@ class Store(LearningStoreMixin):
             rows = self.query(
                 f"SELECT e.dst, d.id FROM edges e JOIN edges n ON n.id = e.superseded_by "
                 f"JOIN chunks d ON d.nid = n.dst WHERE e.dst IN ({q}) AND e.valid_to IS NULL "
-                f"AND e.superseded_by IS NOT NULL AND n.dst != e.dst "
+                f"AND e.superseded_by IS NOT NULL AND n.dst != e.dst AND n.relation != 'meta' "
                 f"UNION ALL SELECT e.dst, s.id FROM edges e JOIN chunks s ON s.nid = e.src "
                 f"WHERE e.dst IN ({q}) AND e.valid_to IS NULL AND e.subtype IN ('invalidates', 'supersedes') "
                 f"AND s.valid_to IS NULL", part + part)

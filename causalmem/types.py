@@ -215,6 +215,7 @@ class SleepReport:
     boosted: int = 0
     retired: int = 0
     rem_links: int = 0
+    redirects: int = 0
     hebbian_faded: int = 0
     hebbian_dropped: int = 0
     dry_run: bool = False
