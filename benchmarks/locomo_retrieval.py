@@ -54,6 +54,7 @@ CONFIGS: list[tuple[str, tuple[str, ...], str]] = [
     ("lexical only (BM25)", ("lexical",), "auto"),
     ("semantic only (MiniLM cosine)", ("semantic",), "auto"),
     ("lexical + graph", ("lexical", "graph"), "auto"),
+    ("semantic + graph", ("semantic", "graph"), "auto"),
     ("lexical + semantic, rrf", ("lexical", "semantic"), "rrf"),
     ("lexical + semantic, hybrid (ST-BME)", ("lexical", "semantic"), "hybrid"),
     ("lexical + semantic, blend", ("lexical", "semantic"), "blend"),
