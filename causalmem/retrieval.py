@@ -6,7 +6,7 @@ caller's scope mask, so no channel — not even the graph — can surface anothe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
@@ -50,6 +50,15 @@ class RetrievalParams:
 
 
 PARAMS = RetrievalParams()
+
+
+def _params_for(config) -> RetrievalParams:
+    """PARAMS with the retrieval knobs that live in ``Config`` (rrf_k, lexical_weight) applied."""
+    rrf_k = getattr(config, "rrf_k", PARAMS.rrf_k)
+    w_lex = getattr(config, "lexical_weight", PARAMS.w_lex)
+    if rrf_k == PARAMS.rrf_k and w_lex == PARAMS.w_lex:
+        return PARAMS
+    return replace(PARAMS, rrf_k=rrf_k, w_lex=w_lex)
 
 
 def _check_args(query: Any, top_k: Any, channels: Any, fusion: Any, max_top_k: int) -> tuple[str, ...]:
@@ -100,7 +109,7 @@ def search(mem: "Memory", query: Any, *, top_k: int = 10, user_id=None, agent_id
         raise ValueError(f"since ({t_since}) is after until ({t_until})")
     if not query.strip():
         return []
-    p = params or PARAMS
+    p = params or _params_for(mem.config)
     fusion = DEFAULT_FUSION if fusion == "auto" else fusion
     top_k = int(top_k)
     depth = max(p.candidates, 2 * top_k)

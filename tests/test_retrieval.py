@@ -251,3 +251,12 @@ def test_preventer_surfaces_as_warning(devops):
     sig = by_text["add input validation"].signals
     assert sig["activation"] < 0 and sig["lexical_rank"] is None
     assert any(e["relation"] == "prevented" for e in sig["path"])
+
+
+def test_config_rrf_k_is_honoured(clock):
+    from causalmem import Config
+
+    with Memory(":memory:", embedder=None, clock=clock, config=Config(rrf_k=1)) as mem:
+        mem.add(["alpha beta", "alpha", "gamma"], user_id="u")
+        hits = mem.search("alpha beta", user_id="u", channels=LEX, fusion="rrf", reinforce=False)
+        assert hits[0].score == pytest.approx(1 / 2)  # 1 / (k + rank 1) with k = 1
