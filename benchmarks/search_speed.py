@@ -271,17 +271,7 @@ def bench_semantic(n: int, cache: Path, n_q: int, rebuild: bool) -> dict:
     path, info = open_store(cache, n, embedder=emb, rebuild=rebuild)
     qs = ["Q " + q for q in queries(n_q, n)]
     res: dict[str, Any] = {"n": n, "build": info}
-    res["encode_query"] = timeit(lambda q: real.encode([q[2:]]), qs)
-    mem = Memory(path, embedder=emb)
-    t0 = time.perf_counter()
-    mem.search(qs[0], reinforce=False)
-    res["open_s"] = time.perf_counter() - t0
-    res["search_read"] = timeit(lambda q: mem.search(q, reinforce=False), qs)
-    res["search_default"] = timeit(lambda q: mem.search(q), qs)
-    res["search_semantic"] = timeit(
-        lambda q: mem.search(q, channels=("semantic",), reinforce=False), qs)
-    mem.close()
-    # add throughput with real embeddings (1,000 texts, sessions of 20)
+    # add throughput with real embeddings (1,000 texts, sessions of 20; torch default threads)
     gen = TextGen(11)
     texts = gen.texts(1000, "e")
     tmp = cache / "add-emb.db"
@@ -301,6 +291,24 @@ def bench_semantic(n: int, cache: Path, n_q: int, rebuild: bool) -> dict:
         m.add(texts[s:s + SESSION], session_id=f"f{s}")
     res["add_none_per_s"] = len(texts) / (time.perf_counter() - t0)
     m.close()
+    import torch
+
+    res["torch_threads"] = torch.get_num_threads()
+    res["encode_query_default_threads"] = timeit(lambda q: real.encode([q[2:]]), qs)
+    mem = Memory(path, embedder=emb)
+    t0 = time.perf_counter()
+    mem.search(qs[0], reinforce=False)
+    res["open_s"] = time.perf_counter() - t0
+    res["search_read_default_threads"] = timeit(lambda q: mem.search(q, reinforce=False), qs)
+    # Then one intra-op thread: on a shared 2-core machine torch's OpenMP workers spin-wait and
+    # give 100-700 ms outliers under load; one thread is steadier but slower at p50.
+    torch.set_num_threads(1)
+    res["encode_query"] = timeit(lambda q: real.encode([q[2:]]), qs)
+    res["search_read"] = timeit(lambda q: mem.search(q, reinforce=False), qs)
+    res["search_default"] = timeit(lambda q: mem.search(q), qs)
+    res["search_semantic"] = timeit(
+        lambda q: mem.search(q, channels=("semantic",), reinforce=False), qs)
+    mem.close()
     return res
 
 
@@ -335,7 +343,10 @@ def markdown(rows: list[dict], sem: dict, meta: dict) -> str:
                   "encoded by the real packaged all-MiniLM-L6-v2 inside `search` (so the latency includes real "
                   "query encoding).", "",
                   "| measurement | p50 / p95 ms |", "|---|---|",
-                  f"| MiniLM query encoding alone | {f(sem['encode_query'])} |",
+                  f"| MiniLM query encoding alone, torch default ({sem['torch_threads']} threads) | "
+                  f"{f(sem['encode_query_default_threads'])} |",
+                  f"| search, all channels (read), torch default threads | {f(sem['search_read_default_threads'])} |",
+                  f"| MiniLM query encoding alone, 1 torch thread (used below) | {f(sem['encode_query'])} |",
                   f"| search, semantic channel only (read) | {f(sem['search_semantic'])} |",
                   f"| search, all channels (read) | {f(sem['search_read'])} |",
                   f"| search, all channels, default reinforce | {f(sem['search_default'])} |", "",
