@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
+# The DevOps graph of SPEC §3 (decision, outcome, relation, confidence); tests import it from here.
 DEVOPS_EDGES = [
     ("deploy without tests", "production crash", "caused", 0.9),
     ("deploy without tests", "safe release", "prevented", 0.85),

@@ -13,19 +13,7 @@ GRAPH_A_IDS = ["d1", "o1", "d2", "o2", "d3", "o3"]
 GRAPH_A_EDGES = [("d1", "o1", "caused", 0.9), ("d2", "o2", "caused", 0.85),
                  ("d3", "o3", "caused", 0.95), ("d2", "o3", "prevented", 0.6)]
 
-DEVOPS_EDGES = [
-    ("deploy without tests", "production crash", "caused", 0.9),
-    ("deploy without tests", "safe release", "prevented", 0.85),
-    ("production crash", "user complaints", "caused", 0.8),
-    ("production crash", "rollback needed", "enabled", 0.7),
-    ("rollback needed", "downtime", "caused", 0.75),
-    ("add input validation", "sql injection", "prevented", 0.9),
-    ("add input validation", "security audit passed", "enabled", 0.6),
-    ("skip code review", "hidden bugs", "caused", 0.85),
-    ("hidden bugs", "production crash", "caused", 0.7),
-    ("enable caching", "faster response", "caused", 0.8),
-    ("enable caching", "timeout errors", "prevented", 0.85),
-]
+from causalmem.cli import DEVOPS_EDGES  # noqa: E402  (the DevOps graph of SPEC §3, one copy)
 
 
 def devops_graph():
