@@ -65,6 +65,7 @@ ctypedef struct Slot:
 ctypedef struct ASlot:
     float act
     uint32_t astamp
+    float em                # reemit: the energy this node emitted last (0: never a source)
 
 
 cdef uint32_t _STAMP_LIMIT = 0x7FFFFFFF
@@ -280,13 +281,18 @@ cdef inline void _prefetch_edges(const CSRView* g, int32_t s) noexcept nogil:
         CM_PREFETCH(&g.inhib[start])
 
 
-cdef inline void _emit(const CSRView* g, int32_t s, float e, float scale_pos, float scale_inh,
-                       bint use_inh, Slot* slots, float* vals, uint32_t st, int32_t* nlist,
-                       Py_ssize_t* nn, int64_t* scanned) noexcept nogil:
-    """Add the contributions of source ``s`` (energy ``e``) over its out-edges in ``g``."""
+cdef inline void _emit(const CSRView* g, int32_t s, float e, float ae, float scale_pos,
+                       float scale_inh, bint use_inh, Slot* slots, float* vals, uint32_t st,
+                       int32_t* nlist, Py_ssize_t* nn, int64_t* scanned) noexcept nogil:
+    """Add the contributions of source ``s`` over its out-edges in ``g``.
+
+    ``e`` multiplies the ordinary edges, ``ae`` (>= 0 when ``e`` is an energy: its magnitude)
+    the inhibitory ones: ``c = -(ae·|w|)·scale_inh``.  Delta re-emission passes the change of
+    the energy and the change of its magnitude instead.
+    """
     cdef int64_t p, start, end
     cdef int32_t j
-    cdef float c, ae
+    cdef float c
     cdef float zero = 0.0
     cdef Slot* sl
     cdef const uint8_t* valid = g.valid
@@ -300,7 +306,6 @@ cdef inline void _emit(const CSRView* g, int32_t s, float e, float scale_pos, fl
     end = g.indptr[s + 1]
     scanned[0] += end - start
     if use_inh and inhib != NULL:
-        ae = fabsf(e)
         for p in range(start, end):
             if p + PF < end:
                 CM_PREFETCH(&slots[indices[p + PF]])
@@ -430,7 +435,8 @@ cdef Py_ssize_t _select_keys(uint64_t* keys, Py_ssize_t m, Py_ssize_t k, Py_ssiz
     """Move the ``k`` smallest of ``keys[:m]`` to the front (unordered); returns k.
 
     Partial selection: ``hist`` (2048 buckets of the key's top 11 bits, filled by the caller)
-    gives the boundary bucket; ``nth_element`` runs on that bucket alone.
+    gives the boundary bucket; ``nth_element`` runs on that bucket alone.  The compaction is
+    branch-free (``tmp`` must hold ``m`` keys).
     """
     cdef Py_ssize_t i, cum = 0, above = 0, nb = 0, need
     cdef uint64_t kk
@@ -444,12 +450,10 @@ cdef Py_ssize_t _select_keys(uint64_t* keys, Py_ssize_t m, Py_ssize_t k, Py_ssiz
     for i in range(m):
         kk = keys[i]
         bucket = kk >> 53
-        if bucket < <uint64_t>B:
-            keys[above] = kk        # above <= i: in-place compaction is safe
-            above += 1
-        elif bucket == <uint64_t>B:
-            tmp[nb] = kk
-            nb += 1
+        keys[above] = kk            # above <= i: in-place compaction is safe
+        above += bucket < <uint64_t>B
+        tmp[nb] = kk
+        nb += bucket == <uint64_t>B
     if need < nb:
         nth_element(tmp, tmp + need, tmp + nb)
     memcpy(keys + above, tmp, need * sizeof(uint64_t))
@@ -479,12 +483,13 @@ def set_strategy(Py_ssize_t sort_min_edges=<Py_ssize_t>1 << 62, Py_ssize_t sort_
     return old
 
 
-cdef inline Py_ssize_t _emit_pairs(const CSRView* g, int32_t s, float e, float scale_pos,
-                                   float scale_inh, bint use_inh, uint64_t* pairs,
-                                   Py_ssize_t m, int64_t* scanned) noexcept nogil:
+cdef inline Py_ssize_t _emit_pairs(const CSRView* g, int32_t s, float e, float ae,
+                                   float scale_pos, float scale_inh, bint use_inh,
+                                   uint64_t* pairs, Py_ssize_t m,
+                                   int64_t* scanned) noexcept nogil:
     """Append (target, contribution) of source ``s`` to ``pairs`` (same arithmetic as _emit)."""
     cdef int64_t p, start, end
-    cdef float c, ae
+    cdef float c
     cdef const uint8_t* valid = g.valid
     cdef const uint8_t* inhib = g.inhib
     cdef const int32_t* indices = g.indices
@@ -494,7 +499,6 @@ cdef inline Py_ssize_t _emit_pairs(const CSRView* g, int32_t s, float e, float s
     start = g.indptr[s]
     end = g.indptr[s + 1]
     scanned[0] += end - start
-    ae = fabsf(e)
     for p in range(start, end):
         if valid != NULL and valid[p] == 0:
             continue
@@ -532,19 +536,31 @@ cdef Py_ssize_t _spread_kernel(
     pass works on a sequential list of packed keys (node, value); the per-node slots are only
     touched again for the kept nodes (merge into ``act``).
 
+    Re-emission (``reemit``) is computed by *delta re-emission*: the step sums are linear in
+    the sources' energies, so the unclamped sums ``S`` persist across the steps of a call
+    (``vals``, slots stamped with the call stamp) and a step only adds, for the sources whose
+    emitted energy changed since the previous step (``ASlot.em``; a node newly crossing the
+    threshold changes from 0), ``(e_new - e_old)·w·scale`` on ordinary edges and
+    ``-(|e_new| - |e_old|)·|w|·scale_inh`` on inhibitory ones.  Then the whole of ``S`` is
+    processed as a fresh step sum (teleport on a copy, clamp, threshold, top-k, merge).  A hub
+    seed whose energy does not change is scanned once per call instead of once per step.
+
     ``keys`` doubles as the source list of a step ((node, energy) packed, sorted by node): the
     sources are consumed by the propagation before the next pass reuses the buffer.
     """
-    cdef Py_ssize_t i, q, n_act = 0, nu = 0, n_src = 0, nn, m, newly, r, n_pairs, si
+    cdef Py_ssize_t i, q, n_act = 0, nu = 0, n_src = 0, nn = 0, m, newly, r, n_pairs, si
+    cdef Py_ssize_t n_tel = 0
     cdef Py_ssize_t hist[2048]
     cdef int32_t s, j, jj
-    cdef float e, val, old, acc
+    cdef float e, ae, val, old, acc
+    cdef float zero = 0.0
     cdef int64_t step, est
     cdef uint64_t kk
     cdef uint64_t* pbuf
     cdef Slot* sl
     cdef ASlot* asl
     cdef bint use_sort
+    cdef bint delta = reemit
     # float32 factors, computed exactly as the twin computes them (double, then rounded)
     cdef float scale_pos = <float>(<double>decay * (1.0 - <double>teleport))
     cdef float scale_inh = <float>(<double>decay * <double>inhibit_multiplier)
@@ -565,6 +581,7 @@ cdef Py_ssize_t _spread_kernel(
         if asl.astamp != cst:
             asl.astamp = cst
             asl.act = seed_energy[i]
+            asl.em = 0.0
             act_list[n_act] = s
             n_act += 1
             useeds[nu] = s
@@ -584,19 +601,34 @@ cdef Py_ssize_t _spread_kernel(
                 keys[n_src] = _src_key(useeds[i], useed_e[i])
                 n_src += 1
         _radix_sort(keys, tmp, n_src, 4, 7)
+    elif do_tel:
+        # delta re-emission with teleport: the seeds own the first entries of the sums S
+        # (value 0 until an edge reaches them), in the order of useeds / useed_e
+        for i in range(nu):
+            sl = &slots[useeds[i]]
+            sl.nstamp = cst
+            sl.nidx = <int32_t>i
+            nlist[i] = useeds[i]
+            vals[i] = 0.0
+        nn = nu
+        n_tel = nu
 
     step = 0
     while step < max_steps:
         step += 1
         stamp[0] += 1
-        st = stamp[0]
-        # 1. sources (reemit: every active node of act, by node index)
+        st = cst if delta else stamp[0]
+        # 1. sources (reemit: the nodes whose emitted energy changed -- every active node of
+        #    act emits its act, an inactive one 0 -- by node index)
         if reemit:
             n_src = 0
             for i in range(n_act):
                 j = act_list[i]
-                val = aslots[j].act
-                if _active(val, thr):
+                asl = &aslots[j]
+                val = asl.act
+                if not _active(val, thr):
+                    val = 0.0
+                if val != asl.em:
                     keys[n_src] = _src_key(j, val)
                     n_src += 1
             _radix_sort(keys, tmp, n_src, 4, 7)
@@ -627,16 +659,44 @@ cdef Py_ssize_t _spread_kernel(
             for i in range(n_src):
                 s = <int32_t>(keys[i] >> 32)
                 e = _src_energy(keys[i])
-                n_pairs = _emit_pairs(g, s, e, scale_pos, scale_inh, use_inh, pairs[0],
+                if delta:
+                    asl = &aslots[s]
+                    old = asl.em
+                    asl.em = e
+                    ae = fabsf(e) - fabsf(old)
+                    e = e - old
+                else:
+                    ae = fabsf(e)
+                n_pairs = _emit_pairs(g, s, e, ae, scale_pos, scale_inh, use_inh, pairs[0],
                                       n_pairs, scanned)
                 if x.n > 0:
-                    n_pairs = _emit_pairs(x, s, e, scale_pos, scale_inh, use_inh, pairs[0],
+                    n_pairs = _emit_pairs(x, s, e, ae, scale_pos, scale_inh, use_inh, pairs[0],
                                           n_pairs, scanned)
             _radix_sort(pairs[0], pairs_tmp[0], n_pairs, 4, 7)
             pbuf = pairs[0]
             i = 0
             si = 0
-            while i < n_pairs or (do_tel and si < nu):
+            if delta:
+                # add each run, in order, to the persistent sums (as the scatter does)
+                while i < n_pairs:
+                    j = <int32_t>(pbuf[i] >> 32)
+                    sl = &slots[j]
+                    if sl.nstamp != st:
+                        sl.nstamp = st
+                        sl.nidx = <int32_t>nn
+                        nlist[nn] = j
+                        acc = zero + _src_energy(pbuf[i])
+                        q = nn
+                        nn += 1
+                        i += 1
+                    else:
+                        q = sl.nidx
+                        acc = vals[q]
+                    while i < n_pairs and <int32_t>(pbuf[i] >> 32) == j:
+                        acc = acc + _src_energy(pbuf[i])
+                        i += 1
+                    vals[q] = acc
+            while not delta and (i < n_pairs or (do_tel and si < nu)):
                 # next node: the smaller of the next pair target and the next seed
                 if i < n_pairs:
                     j = <int32_t>(pbuf[i] >> 32)
@@ -661,7 +721,8 @@ cdef Py_ssize_t _spread_kernel(
                     m += 1
         else:
             # 2. propagate by scattering into the slots
-            nn = 0
+            if not delta:
+                nn = 0
             for i in range(n_src):
                 s = <int32_t>(keys[i] >> 32)
                 e = _src_energy(keys[i])
@@ -673,29 +734,55 @@ cdef Py_ssize_t _spread_kernel(
                     _prefetch_edges(g, <int32_t>(keys[i + 6] >> 32))
                 if i + 2 < n_src:
                     _prefetch_row(g, <int32_t>(keys[i + 2] >> 32), slots)
-                _emit(g, s, e, scale_pos, scale_inh, use_inh, slots, vals, st, nlist, &nn,
+                if delta:
+                    asl = &aslots[s]
+                    old = asl.em
+                    asl.em = e
+                    ae = fabsf(e) - fabsf(old)
+                    e = e - old
+                else:
+                    ae = fabsf(e)
+                _emit(g, s, e, ae, scale_pos, scale_inh, use_inh, slots, vals, st, nlist, &nn,
                       scanned)
                 if x.n > 0:
-                    _emit(x, s, e, scale_pos, scale_inh, use_inh, slots, vals, st, nlist, &nn,
-                          scanned)
-            # 3. teleport back to the seeds
-            if do_tel:
-                for i in range(nu):
-                    s = useeds[i]
-                    sl = &slots[s]
-                    if sl.nstamp != st:
-                        sl.nstamp = st
-                        sl.nidx = <int32_t>nn
-                        nlist[nn] = s
-                        vals[nn] = 0.0
-                        nn += 1
-                    vals[sl.nidx] = omt * vals[sl.nidx] + tel * useed_e[i]
-            # 4. clamp, drop below threshold
-            for i in range(nn):
-                j = nlist[i]
+                    _emit(x, s, e, ae, scale_pos, scale_inh, use_inh, slots, vals, st, nlist,
+                          &nn, scanned)
+            if not delta:
+                # 3. teleport back to the seeds
+                if do_tel:
+                    for i in range(nu):
+                        s = useeds[i]
+                        sl = &slots[s]
+                        if sl.nstamp != st:
+                            sl.nstamp = st
+                            sl.nidx = <int32_t>nn
+                            nlist[nn] = s
+                            vals[nn] = 0.0
+                            nn += 1
+                        vals[sl.nidx] = omt * vals[sl.nidx] + tel * useed_e[i]
+                # 4. clamp, drop below threshold
+                for i in range(nn):
+                    j = nlist[i]
+                    val = _clampf(vals[i], lo, hi)
+                    if _active(val, thr):
+                        kk = _key(val, j)
+                        keys[m] = kk
+                        hist[kk >> 53] += 1
+                        m += 1
+        if delta:
+            # 3. teleport (on a copy of S: the seeds are its first n_tel entries), 4. clamp,
+            #    drop below threshold -- over every node S has ever touched in this call
+            for i in range(n_tel):
+                val = _clampf(omt * vals[i] + tel * useed_e[i], lo, hi)
+                if _active(val, thr):
+                    kk = _key(val, nlist[i])
+                    keys[m] = kk
+                    hist[kk >> 53] += 1
+                    m += 1
+            for i in range(n_tel, nn):
                 val = _clampf(vals[i], lo, hi)
                 if _active(val, thr):
-                    kk = _key(val, j)
+                    kk = _key(val, nlist[i])
                     keys[m] = kk
                     hist[kk >> 53] += 1
                     m += 1
@@ -712,6 +799,7 @@ cdef Py_ssize_t _spread_kernel(
             if asl.astamp != cst:
                 asl.astamp = cst
                 asl.act = val
+                asl.em = 0.0
                 act_list[n_act] = j
                 n_act += 1
                 newly += 1

@@ -98,15 +98,32 @@ def spread(indptr, indices, weights, seed_nodes, seed_energy, *, valid=None, inh
         act[s] = _clampf(act[s], lo, hi)
         seeds[s] = act[s]
     cur = {s: e for s, e in seeds.items() if _active(e, thr)}
+    # reemit: delta re-emission.  The step sum is linear in the sources' energies, so the
+    # unclamped sums S persist across steps and a step adds only the change of the sources
+    # whose emitted energy changed (``emitted``: what each node emitted last, 0 if never).
+    sums: dict[int, np.float32] = {}
+    emitted: dict[int, np.float32] = {}
 
     with np.errstate(over="ignore", invalid="ignore"):
         for step in range(1, int(max_steps) + 1):
-            if reemit:
-                cur = {j: e for j, e in act.items() if _active(e, thr)}
             steps_run = step
-            nxt: dict[int, np.float32] = {}
+            if reemit:
+                # sources: nodes whose emitted energy (act if active, else 0) changed
+                cur = {}
+                for j, v in act.items():
+                    e = v if _active(v, thr) else _ZERO
+                    if e != emitted.get(j, _ZERO):
+                        cur[j] = e
+                nxt = sums
+            else:
+                nxt = {}
             for s in sorted(cur):
                 e = cur[s]
+                ae = abs(e)
+                if reemit:
+                    old = emitted.get(s, _ZERO)
+                    emitted[s] = e
+                    e, ae = e - old, abs(e) - abs(old)
                 for g_indptr, g_indices, g_weights, g_valid, g_inhib in graphs:
                     if s >= len(g_indptr) - 1:
                         continue
@@ -118,10 +135,12 @@ def spread(indptr, indices, weights, seed_nodes, seed_energy, *, valid=None, inh
                         j = int(g_indices[p])
                         w = g_weights[p]
                         if use_inh and g_inhib is not None and g_inhib[p]:
-                            c = -((abs(e) * abs(w)) * scale_inh)
+                            c = -((ae * abs(w)) * scale_inh)
                         else:
                             c = (e * w) * scale_pos
                         nxt[j] = nxt.get(j, _ZERO) + c
+            if reemit:
+                nxt = dict(sums)  # teleport and clamp work on a copy of the sums
             if tel > 0:
                 for s, e0 in seeds.items():
                     nxt[s] = omt * nxt.get(s, _ZERO) + tel * e0
@@ -305,11 +324,25 @@ def spread_vectorized(indptr, indices, weights, seed_nodes, seed_energy, *, vali
 
     cur_nodes = np.sort(useeds[active(seed_e)])
     cur_e = act[cur_nodes]
+    cur_ae = np.abs(cur_e)
+    if reemit:  # delta re-emission (see ``spread``): persistent sums, last emitted energies
+        sums = np.zeros(n, dtype=np.float32)
+        in_sums = np.zeros(n, dtype=bool)
+        slist = np.zeros(0, dtype=np.int64)
+        emitted = np.zeros(n, dtype=np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
         for _step in range(int(max_steps)):
             if reemit:
-                cur_nodes = np.sort(tlist[active(act[tlist])])
-                cur_e = act[cur_nodes]
+                a = act[tlist]
+                e_now = np.where(active(a), a, np.float32(0)).astype(np.float32)
+                ch = e_now != emitted[tlist]
+                order = np.argsort(tlist[ch], kind="stable")
+                cur_nodes = tlist[ch][order]
+                e_now = e_now[ch][order]
+                e_old = emitted[cur_nodes]
+                emitted[cur_nodes] = e_now
+                cur_e = e_now - e_old
+                cur_ae = np.abs(e_now) - np.abs(e_old)
             parts = []
             for gid, g in enumerate(graphs):
                 got = _gather(g, cur_nodes, cur_e)
@@ -320,11 +353,12 @@ def spread_vectorized(indptr, indices, weights, seed_nodes, seed_energy, *, vali
                 g_indices, g_weights, g_valid, g_inhib = g[1], g[2], g[3], g[4]
                 ok = np.ones(total, bool) if g_valid is None else g_valid[pos] != 0
                 e = cur_e[src_rank][ok]
+                ae = cur_ae[src_rank][ok]
                 w = g_weights[pos][ok]
                 c = (e * w) * scale_pos
                 if use_inh and g_inhib is not None:
                     inh = g_inhib[pos][ok] != 0
-                    c[inh] = -((np.abs(e[inh]) * np.abs(w[inh])) * scale_inh)
+                    c[inh] = -((ae[inh] * np.abs(w[inh])) * scale_inh)
                 parts.append((src_rank[ok], np.full(int(ok.sum()), gid), pos[ok],
                               g_indices[pos][ok], c))
             if parts:
@@ -338,9 +372,17 @@ def spread_vectorized(indptr, indices, weights, seed_nodes, seed_energy, *, vali
             else:
                 tgt = np.zeros(0, np.int64)
                 con = np.zeros(0, np.float32)
-            nodes, inv = np.unique(tgt, return_inverse=True)
-            acc = np.zeros(len(nodes), dtype=np.float32)
-            np.add.at(acc, inv, con)
+            if reemit:
+                np.add.at(sums, tgt, con)          # in order: S[j] = S[j] + c
+                fresh = np.unique(tgt[~in_sums[tgt]])
+                in_sums[fresh] = True
+                slist = np.concatenate([slist, fresh])
+                nodes = np.sort(slist)
+                acc = sums[nodes].copy()
+            else:
+                nodes, inv = np.unique(tgt, return_inverse=True)
+                acc = np.zeros(len(nodes), dtype=np.float32)
+                np.add.at(acc, inv, con)
             if tel > 0 and len(useeds):
                 nodes_all = np.union1d(nodes, useeds)
                 acc_all = np.zeros(len(nodes_all), dtype=np.float32)
@@ -366,7 +408,7 @@ def spread_vectorized(indptr, indices, weights, seed_nodes, seed_energy, *, vali
             new_nodes = nodes[~touched[nodes]]
             touched[new_nodes] = True
             tlist = np.concatenate([tlist, new_nodes])
-            cur_nodes, cur_e = nodes, acc
+            cur_nodes, cur_e, cur_ae = nodes, acc, np.abs(acc)
             if reemit:
                 if newly == 0:
                     break
