@@ -28,8 +28,10 @@ cdef extern from *:
     #else
     #define CM_PREFETCH(p) ((void)0)
     #endif
+    #define CM_KNONE (~(uint64_t)0)
     """
     void CM_PREFETCH(const void* p) noexcept nogil
+    const uint64_t CM_KNONE     # cached key of an inactive step-sum entry
 
 DEF PF = 16  # prefetch distance (edges) for the random slot accesses
 
@@ -74,7 +76,7 @@ cdef uint32_t _STAMP_LIMIT = 0x7FFFFFFF
 cdef class SpreadWorkspace:
     """Reusable scratch memory for :func:`spread` over graphs of up to ``n_nodes`` nodes.
 
-    Allocated once (40 bytes per node) and never cleared per call: entries are versioned by
+    Allocated once (about 70 bytes per node) and never cleared per call: entries are versioned by
     stamps, so a call costs only what it touches.  A workspace must not be used by two calls at
     the same time (``causalmem.spreading.CSR`` keeps a lock-protected pool of them).
     """
@@ -86,6 +88,9 @@ cdef class SpreadWorkspace:
     cdef int32_t* nlist
     cdef uint64_t* keys
     cdef uint64_t* tmp
+    cdef uint64_t* kc           # reemit: cached key of every step-sum entry (CM_KNONE: inactive)
+    cdef int32_t* dlist         # reemit: step-sum entries changed in this step
+    cdef uint64_t* sel          # reemit: keys kept by the previous step's top-k
     cdef uint64_t* pairs
     cdef uint64_t* pairs_tmp
     cdef Py_ssize_t pairs_cap
@@ -106,6 +111,9 @@ cdef class SpreadWorkspace:
         self.nlist = NULL
         self.keys = NULL
         self.tmp = NULL
+        self.kc = NULL
+        self.dlist = NULL
+        self.sel = NULL
         self.pairs = NULL
         self.pairs_tmp = NULL
         self.pairs_cap = 0
@@ -130,6 +138,12 @@ cdef class SpreadWorkspace:
         free(self.nlist)
         free(self.keys)
         free(self.tmp)
+        free(self.kc)
+        free(self.dlist)
+        free(self.sel)
+        self.kc = NULL
+        self.dlist = NULL
+        self.sel = NULL
         free(self.pairs)
         free(self.pairs_tmp)
         self.pairs = NULL
@@ -165,8 +179,12 @@ cdef class SpreadWorkspace:
         self.nlist = <int32_t*>malloc((n + 1) * sizeof(int32_t))  # +1: branch-free append
         self.keys = <uint64_t*>malloc(n * sizeof(uint64_t))
         self.tmp = <uint64_t*>malloc(n * sizeof(uint64_t))
+        self.kc = <uint64_t*>malloc((n + 1) * sizeof(uint64_t))
+        self.dlist = <int32_t*>malloc((n + 1) * sizeof(int32_t))
+        self.sel = <uint64_t*>malloc((n + 1) * sizeof(uint64_t))
         if (self.slots == NULL or self.aslots == NULL or self.vals == NULL or self.act_list == NULL or self.nlist == NULL
-                or self.keys == NULL or self.tmp == NULL):
+                or self.keys == NULL or self.tmp == NULL or self.kc == NULL or self.dlist == NULL
+                or self.sel == NULL):
             self._free()
             self.n_nodes = -1
             raise MemoryError(f"cannot allocate a spreading workspace for {n_nodes} nodes")
@@ -211,7 +229,8 @@ cdef class SpreadWorkspace:
         """Bytes of scratch memory held."""
         if self.n_nodes < 0:
             return 0
-        return max(self.n_nodes, 1) * (sizeof(Slot) + sizeof(ASlot) + 4 + 4 + 4 + 8 + 8) + self.pairs_cap * 16
+        return (max(self.n_nodes, 1) * (sizeof(Slot) + sizeof(ASlot) + 4 + 4 + 4 + 8 + 8 + 8 + 4 + 8)
+                + self.pairs_cap * 16)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,6 +377,62 @@ cdef inline void _emit(const CSRView* g, int32_t s, float e, float ae, float sca
             else:
                 vals[sl.nidx] += c
     nn[0] = m
+
+
+cdef inline void _emit_delta(const CSRView* g, int32_t s, float e, float ae, float scale_pos,
+                             float scale_inh, bint use_inh, Slot* slots, float* vals,
+                             uint32_t cst, uint32_t st, int32_t* nlist, Py_ssize_t* nn,
+                             int32_t* dlist, Py_ssize_t* nd, int64_t* scanned) noexcept nogil:
+    """Delta re-emission: add the contribution changes of source ``s`` to the persistent sums.
+
+    Same arithmetic as :func:`_emit`.  A slot stamped in this call (>= ``cst``) holds an entry
+    of the sums.  New entries are appended (``nlist``/``vals`` grow); an older entry touched
+    for the first time in this step (stamp != ``st``) is recorded in ``dlist`` (its cached key
+    must be recomputed).
+    """
+    cdef int64_t p, start, end
+    cdef int32_t j, q
+    cdef float c
+    cdef float zero = 0.0
+    cdef Slot* sl
+    cdef const uint8_t* valid = g.valid
+    cdef const uint8_t* inhib = g.inhib
+    cdef const int32_t* indices = g.indices
+    cdef const float* weights = g.weights
+    cdef bint inh = use_inh and inhib != NULL
+    cdef Py_ssize_t m = nn[0], d = nd[0]
+    if s >= g.n:
+        return
+    start = g.indptr[s]
+    end = g.indptr[s + 1]
+    scanned[0] += end - start
+    for p in range(start, end):
+        if p + PF < end:
+            CM_PREFETCH(&slots[indices[p + PF]])
+        if valid != NULL and valid[p] == 0:
+            continue
+        if inh and inhib[p]:
+            c = -((ae * fabsf(weights[p])) * scale_inh)
+        else:
+            c = (e * weights[p]) * scale_pos
+        j = indices[p]
+        sl = &slots[j]
+        if sl.nstamp != st:
+            if sl.nstamp < cst:
+                sl.nidx = <int32_t>m
+                nlist[m] = j
+                vals[m] = zero + c
+                m += 1
+            else:
+                q = sl.nidx
+                vals[q] += c
+                dlist[d] = q
+                d += 1
+            sl.nstamp = st
+        else:
+            vals[sl.nidx] += c
+    nn[0] = m
+    nd[0] = d
 
 
 cdef void _radix_sort(uint64_t* a, uint64_t* tmp, Py_ssize_t n, int byte_lo,
@@ -524,7 +599,8 @@ cdef Py_ssize_t _spread_kernel(
         float decay, float thr, float lo, float hi, int64_t max_steps, bint reemit,
         int64_t top_k, float teleport, float inhibit_multiplier,
         Slot* slots, ASlot* aslots, float* vals, uint32_t* stamp, int32_t* act_list, int32_t* nlist,
-        uint64_t* keys, uint64_t* tmp, uint64_t** pairs, uint64_t** pairs_tmp,
+        uint64_t* keys, uint64_t* tmp, uint64_t* kc, int32_t* dlist, uint64_t* sel,
+        uint64_t** pairs, uint64_t** pairs_tmp,
         Py_ssize_t* pairs_cap,
         int64_t* scanned, int64_t* steps_run) noexcept nogil:
     """The whole spread; leaves the result keys sorted in ``keys[:r]`` and returns r.
@@ -544,13 +620,21 @@ cdef Py_ssize_t _spread_kernel(
     ``-(|e_new| - |e_old|)·|w|·scale_inh`` on inhibitory ones.  Then the whole of ``S`` is
     processed as a fresh step sum (teleport on a copy, clamp, threshold, top-k, merge).  A hub
     seed whose energy does not change is scanned once per call instead of once per step.
+    Processing the whole of ``S`` stays cheap: the clamped key of every entry is cached
+    (``kc``, with a histogram ``dh`` of the active ones), only the entries changed in a step
+    (``dlist``) are recomputed, and the top-k is selected from the cache.
 
     ``keys`` doubles as the source list of a step ((node, energy) packed, sorted by node): the
     sources are consumed by the propagation before the next pass reuses the buffer.
     """
     cdef Py_ssize_t i, q, n_act = 0, nu = 0, n_src = 0, nn = 0, m, newly, r, n_pairs, si
-    cdef Py_ssize_t n_tel = 0
+    cdef Py_ssize_t n_tel = 0, nd, n_on = 0, above, nb, need, cum, nn0
     cdef Py_ssize_t hist[2048]
+    cdef int32_t dh[2048]          # reemit: buckets of the active cached keys, whole call
+    cdef uint64_t oldk, newk, kprev = 0
+    cdef Py_ssize_t n_sel = 0, nc, c_le
+    cdef int B
+    cdef bint prev_cut = False     # reemit: the previous step's top-k dropped active entries
     cdef int32_t s, j, jj
     cdef float e, ae, val, old, acc
     cdef float zero = 0.0
@@ -601,23 +685,28 @@ cdef Py_ssize_t _spread_kernel(
                 keys[n_src] = _src_key(useeds[i], useed_e[i])
                 n_src += 1
         _radix_sort(keys, tmp, n_src, 4, 7)
-    elif do_tel:
-        # delta re-emission with teleport: the seeds own the first entries of the sums S
-        # (value 0 until an edge reaches them), in the order of useeds / useed_e
-        for i in range(nu):
-            sl = &slots[useeds[i]]
-            sl.nstamp = cst
-            sl.nidx = <int32_t>i
-            nlist[i] = useeds[i]
-            vals[i] = 0.0
-        nn = nu
-        n_tel = nu
+    else:
+        memset(dh, 0, sizeof(dh))
+        if do_tel:
+            # delta re-emission with teleport: the seeds own the first entries of the sums S
+            # (value 0 until an edge reaches them), in the order of useeds / useed_e
+            for i in range(nu):
+                sl = &slots[useeds[i]]
+                sl.nstamp = cst
+                sl.nidx = <int32_t>i
+                nlist[i] = useeds[i]
+                vals[i] = 0.0
+                kc[i] = CM_KNONE
+            nn = nu
+            n_tel = nu
 
     step = 0
     while step < max_steps:
         step += 1
         stamp[0] += 1
-        st = cst if delta else stamp[0]
+        st = stamp[0]
+        nd = 0
+        nn0 = nn
         # 1. sources (reemit: the nodes whose emitted energy changed -- every active node of
         #    act emits its act, an inactive one 0 -- by node index)
         if reemit:
@@ -652,7 +741,8 @@ cdef Py_ssize_t _spread_kernel(
                     if est > pairs_cap[0]:
                         use_sort = False       # out of memory: the scatter path needs none
         m = 0
-        memset(hist, 0, sizeof(hist))
+        if not delta:
+            memset(hist, 0, sizeof(hist))
         if use_sort:
             # 2s. propagate into a sequential list, stable-sort it by target, reduce runs
             n_pairs = 0
@@ -677,12 +767,11 @@ cdef Py_ssize_t _spread_kernel(
             i = 0
             si = 0
             if delta:
-                # add each run, in order, to the persistent sums (as the scatter does)
+                # add each run, in order, to the persistent sums (as _emit_delta does)
                 while i < n_pairs:
                     j = <int32_t>(pbuf[i] >> 32)
                     sl = &slots[j]
-                    if sl.nstamp != st:
-                        sl.nstamp = st
+                    if sl.nstamp < cst:
                         sl.nidx = <int32_t>nn
                         nlist[nn] = j
                         acc = zero + _src_energy(pbuf[i])
@@ -692,6 +781,9 @@ cdef Py_ssize_t _spread_kernel(
                     else:
                         q = sl.nidx
                         acc = vals[q]
+                        dlist[nd] = <int32_t>q
+                        nd += 1
+                    sl.nstamp = st
                     while i < n_pairs and <int32_t>(pbuf[i] >> 32) == j:
                         acc = acc + _src_energy(pbuf[i])
                         i += 1
@@ -740,8 +832,13 @@ cdef Py_ssize_t _spread_kernel(
                     asl.em = e
                     ae = fabsf(e) - fabsf(old)
                     e = e - old
-                else:
-                    ae = fabsf(e)
+                    _emit_delta(g, s, e, ae, scale_pos, scale_inh, use_inh, slots, vals,
+                                cst, st, nlist, &nn, dlist, &nd, scanned)
+                    if x.n > 0:
+                        _emit_delta(x, s, e, ae, scale_pos, scale_inh, use_inh, slots, vals,
+                                    cst, st, nlist, &nn, dlist, &nd, scanned)
+                    continue
+                ae = fabsf(e)
                 _emit(g, s, e, ae, scale_pos, scale_inh, use_inh, slots, vals, st, nlist, &nn,
                       scanned)
                 if x.n > 0:
@@ -771,23 +868,120 @@ cdef Py_ssize_t _spread_kernel(
                         m += 1
         if delta:
             # 3. teleport (on a copy of S: the seeds are its first n_tel entries), 4. clamp,
-            #    drop below threshold -- over every node S has ever touched in this call
-            for i in range(n_tel):
-                val = _clampf(omt * vals[i] + tel * useed_e[i], lo, hi)
+            #    drop below threshold: refresh the cached keys of the entries that changed
+            #    (older entries in dlist, the seeds' every step: their teleport term; the
+            #    new ones are nn0..nn-1), the others keep theirs
+            for i in range(n_tel + nd):
+                q = <Py_ssize_t>i if i < n_tel else <Py_ssize_t>dlist[i - n_tel]
+                if q < n_tel:
+                    if i >= n_tel:
+                        continue          # a seed reached by an edge: done above
+                    val = _clampf(omt * vals[q] + tel * useed_e[q], lo, hi)
+                else:
+                    val = _clampf(vals[q], lo, hi)
+                newk = _key(val, nlist[q]) if _active(val, thr) else CM_KNONE
+                oldk = kc[q]
+                if newk != oldk:
+                    if oldk != CM_KNONE:
+                        dh[oldk >> 53] -= 1
+                        n_on -= 1
+                    if newk != CM_KNONE:
+                        dh[newk >> 53] += 1
+                        n_on += 1
+                    kc[q] = newk
+            for q in range(nn0, nn):
+                val = _clampf(vals[q], lo, hi)
                 if _active(val, thr):
-                    kk = _key(val, nlist[i])
-                    keys[m] = kk
-                    hist[kk >> 53] += 1
-                    m += 1
-            for i in range(n_tel, nn):
-                val = _clampf(vals[i], lo, hi)
-                if _active(val, thr):
-                    kk = _key(val, nlist[i])
-                    keys[m] = kk
-                    hist[kk >> 53] += 1
-                    m += 1
+                    kk = _key(val, nlist[q])
+                    kc[q] = kk
+                    dh[kk >> 53] += 1
+                    n_on += 1
+                else:
+                    kc[q] = CM_KNONE
+            # 5. top-k by partial selection over the cached keys of all of S
+            if top_k > 0 and n_on > top_k:
+                m = 0
+                if prev_cut and n_tel == 0:
+                    # every entry neither kept last step nor changed now has a key above
+                    # kprev (the last kept key): if the kept-and-unchanged entries plus the
+                    # changed ones hold top_k keys <= kprev, the top_k are among them
+                    nc = 0
+                    c_le = 0
+                    for i in range(n_sel):
+                        kk = sel[i]
+                        if slots[_key_node(kk)].nstamp != st:
+                            tmp[nc] = kk
+                            nc += 1
+                    c_le = nc
+                    for i in range(nd):
+                        kk = kc[dlist[i]]
+                        if kk != CM_KNONE:
+                            tmp[nc] = kk
+                            nc += 1
+                            c_le += kk <= kprev
+                    for q in range(nn0, nn):
+                        kk = kc[q]
+                        if kk != CM_KNONE:
+                            tmp[nc] = kk
+                            nc += 1
+                            c_le += kk <= kprev
+                    if c_le >= top_k:
+                        nth_element(tmp, tmp + (top_k - 1), tmp + nc)
+                        memcpy(keys, tmp, <size_t>top_k * sizeof(uint64_t))
+                        m = <Py_ssize_t>top_k
+            if top_k > 0 and n_on > top_k and m == 0:
+                cum = 0
+                for B in range(2048):
+                    if cum + dh[B] >= top_k:
+                        break
+                    cum += dh[B]
+                need = <Py_ssize_t>top_k - cum
+                above = 0
+                nb = 0
+                for q in range(nn):
+                    # branch-free: keys above the boundary bucket, the boundary bucket apart
+                    # (above, nb <= q < nn: in bounds)
+                    kk = kc[q]
+                    keys[above] = kk
+                    above += (kk >> 53) < <uint64_t>B
+                    tmp[nb] = kk
+                    nb += ((kk >> 53) == <uint64_t>B) & (kk != CM_KNONE)
+                if need < nb:
+                    nth_element(tmp, tmp + need, tmp + nb)
+                memcpy(keys + above, tmp, need * sizeof(uint64_t))
+                m = above + need
+            if top_k > 0 and n_on > top_k:
+                # remember the kept keys and the largest of them for the next step
+                kprev = 0
+                for i in range(m):
+                    if keys[i] > kprev:
+                        kprev = keys[i]
+                memcpy(sel, keys, m * sizeof(uint64_t))
+                n_sel = m
+                prev_cut = True
+            elif prev_cut:
+                for q in range(nn):
+                    kk = kc[q]
+                    if kk != CM_KNONE:
+                        keys[m] = kk
+                        m += 1
+                prev_cut = False
+            else:
+                # every active entry is kept, and so were the unchanged ones last step: they
+                # are merged already (same value), so only the changed entries need merging
+                for i in range(n_tel + nd):
+                    q = <Py_ssize_t>i if i < n_tel else <Py_ssize_t>dlist[i - n_tel]
+                    kk = kc[q]
+                    if kk != CM_KNONE and (i < n_tel or q >= n_tel):
+                        keys[m] = kk
+                        m += 1
+                for q in range(nn0, nn):
+                    kk = kc[q]
+                    if kk != CM_KNONE:
+                        keys[m] = kk
+                        m += 1
         # 5. top-k by partial selection over this step's entries only
-        if top_k > 0 and m > top_k:
+        elif top_k > 0 and m > top_k:
             m = _select_keys(keys, m, <Py_ssize_t>top_k, hist, tmp)
         # 6. merge by absolute maximum; collect the next sources (non-reemit)
         newly = 0
@@ -955,7 +1149,8 @@ cdef object _run(const CSRView* g, const CSRView* x, const int32_t[::1] sn,
                            decay, threshold, lo, hi, max_steps, reemit, top_k, teleport,
                            inhibit_multiplier, ws.slots, ws.aslots, ws.vals, &ws.stamp, ws.act_list,
                            ws.nlist,
-                           ws.keys, ws.tmp, &ws.pairs, &ws.pairs_tmp, &ws.pairs_cap,
+                           ws.keys, ws.tmp, ws.kc, ws.dlist, ws.sel,
+                           &ws.pairs, &ws.pairs_tmp, &ws.pairs_cap,
                            &scanned, &steps_run)
     out_nodes = np.empty(r, dtype=np.int32)
     out_energy = np.empty(r, dtype=np.float32)
