@@ -186,7 +186,13 @@ def markdown(rows: list[tuple[str, dict]], meta: dict) -> str:
              "Matching rule: a returned chunk counts for a node when its text is the node's action, or when it is "
              f"a conversation turn that covers >= {int(COVER * 100)} % of the node's content tokens and that node "
              "is its best-covered one (fixed per turn at ingest, never used by retrieval).", "",
-             "Cells: node recall@10 / hit@10 (at least one evidence node) / all@10 (every evidence node).", ""]
+             "Cells: node recall@10 / hit@10 (at least one evidence node) / all@10 (every evidence node).", "",
+             "Read with care: a graph file has only 11 nodes, so *graph only* with top_k = 10 is close to "
+             "returning everything; *conversations + graph* (~30 turns + 11 nodes) is the informative row. "
+             "Category 17 (belief update: 'what does X now believe is the right way to handle <task tag>?') "
+             "names neither the node's words nor its task tag's text, and category 16 needs the other task's "
+             "nodes two hops away (similar_to, then caused/enabled); the causal APIs are not tried there "
+             "because no single quoted node text names what to spread from.", ""]
     header = "| setting | " + " | ".join(f"{c} {CAT_NAMES[c]}" for c in CATEGORIES) + " | overall |"
     lines += [header, "|---" * (len(CATEGORIES) + 2) + "|"]
     for label, s in rows:
