@@ -423,6 +423,121 @@ def spread_vectorized(indptr, indices, weights, seed_nodes, seed_energy, *, vali
     return res[order].astype(np.int32), e[order].astype(np.float32)
 
 
+def spread_vectorized_recompute(indptr, indices, weights, seed_nodes, seed_energy, *, valid=None,
+                      inhibitory=None, decay=0.7, threshold=0.1, lo=-1.0, hi=1.0, max_steps=5,
+                      reemit=True, top_k=0, teleport=0.0, inhibit_multiplier=1.0, extra=None,
+                      workspace=None):
+    """The numpy frontier as it was before delta re-emission (benchmark baseline only).
+
+    With ``reemit`` every active node re-scans its edges every step and the step sums are
+    recomputed from scratch: the same semantics in exact arithmetic, but float32 results may
+    differ from the kernels in the last bit (without ``reemit`` it agrees bit for bit).
+    ``benchmarks/spread_table.py`` times it next to :func:`spread_vectorized` and compares
+    the kernel with the faster of the two.
+    """
+    graphs = [_graph((indptr, indices, weights, valid, inhibitory)), _graph(extra)]
+    n = max(len(g[0]) - 1 for g in graphs)
+    seed_nodes = np.asarray(seed_nodes, dtype=np.int64)
+    seed_energy = np.asarray(seed_energy, dtype=np.float32)
+    decay, thr, lo, hi, tel, mult = (F32(v) for v in (decay, threshold, lo, hi, teleport,
+                                                      inhibit_multiplier))
+    scale_pos = F32(float(decay) * (1.0 - float(tel)))
+    scale_inh = F32(float(decay) * float(mult))
+    omt = F32(1.0 - float(tel))
+    use_inh = mult != F32(1.0)
+    scanned = 0
+
+    act = np.zeros(n, dtype=np.float32)
+    touched = np.zeros(n, dtype=bool)
+    useeds, first = np.unique(seed_nodes, return_index=True)
+    useeds = useeds[np.argsort(first, kind="stable")]
+    np.add.at(act, seed_nodes, seed_energy) if len(seed_nodes) else None
+    act[useeds] = np.clip(act[useeds], lo, hi)
+    touched[useeds] = True
+    tlist = useeds.copy()  # touched nodes, so no step costs O(N)
+    seed_e = act[useeds].copy()
+
+    def active(x):
+        return (np.abs(x) >= thr) & (x != 0)
+
+    cur_nodes = np.sort(useeds[active(seed_e)])
+    cur_e = act[cur_nodes]
+    with np.errstate(over="ignore", invalid="ignore"):
+        for _step in range(int(max_steps)):
+            if reemit:
+                cur_nodes = np.sort(tlist[active(act[tlist])])
+                cur_e = act[cur_nodes]
+            parts = []
+            for gid, g in enumerate(graphs):
+                got = _gather(g, cur_nodes, cur_e)
+                if got is None:
+                    continue
+                owner, src_rank, pos, total = got
+                scanned += total
+                g_indices, g_weights, g_valid, g_inhib = g[1], g[2], g[3], g[4]
+                ok = np.ones(total, bool) if g_valid is None else g_valid[pos] != 0
+                e = cur_e[src_rank][ok]
+                w = g_weights[pos][ok]
+                c = (e * w) * scale_pos
+                if use_inh and g_inhib is not None:
+                    inh = g_inhib[pos][ok] != 0
+                    c[inh] = -((np.abs(e[inh]) * np.abs(w[inh])) * scale_inh)
+                parts.append((src_rank[ok], np.full(int(ok.sum()), gid), pos[ok],
+                              g_indices[pos][ok], c))
+            if parts:
+                rank = np.concatenate([p[0] for p in parts])
+                gid = np.concatenate([p[1] for p in parts])
+                pos = np.concatenate([p[2] for p in parts])
+                tgt = np.concatenate([p[3] for p in parts])
+                con = np.concatenate([p[4] for p in parts])
+                order = np.lexsort((pos, gid, rank))
+                tgt, con = tgt[order], con[order]
+            else:
+                tgt = np.zeros(0, np.int64)
+                con = np.zeros(0, np.float32)
+            nodes, inv = np.unique(tgt, return_inverse=True)
+            acc = np.zeros(len(nodes), dtype=np.float32)
+            np.add.at(acc, inv, con)
+            if tel > 0 and len(useeds):
+                nodes_all = np.union1d(nodes, useeds)
+                acc_all = np.zeros(len(nodes_all), dtype=np.float32)
+                acc_all[np.searchsorted(nodes_all, nodes)] = acc
+                at = np.searchsorted(nodes_all, useeds)
+                acc_all[at] = omt * acc_all[at] + tel * seed_e
+                nodes, acc = nodes_all, acc_all
+            acc = np.where(acc > hi, hi, np.where(acc < lo, lo, acc)).astype(np.float32)
+            keep = active(acc)
+            nodes, acc = nodes[keep], acc[keep]
+            if top_k > 0 and len(nodes) > top_k:
+                absv = np.abs(acc)
+                kth = np.partition(absv, len(absv) - top_k)[len(absv) - top_k]
+                cand = np.flatnonzero(absv >= kth)
+                order = np.lexsort((nodes[cand], -absv[cand].astype(np.float64)))[: int(top_k)]
+                sel = np.sort(cand[order])
+                nodes, acc = nodes[sel], acc[sel]
+            old = act[nodes]
+            was = touched[nodes] & active(old)
+            newly = int((~was).sum())
+            upd = np.abs(acc) > np.abs(old)
+            act[nodes[upd]] = acc[upd]
+            new_nodes = nodes[~touched[nodes]]
+            touched[new_nodes] = True
+            tlist = np.concatenate([tlist, new_nodes])
+            cur_nodes, cur_e = nodes, acc
+            if reemit:
+                if newly == 0:
+                    break
+            elif len(nodes) == 0:
+                break
+
+    res = tlist[active(act[tlist])]
+    e = act[res]
+    order = np.lexsort((res, -np.abs(e).astype(np.float64)))
+    if workspace is not None:
+        workspace.edges_scanned = scanned
+    return res[order].astype(np.int32), e[order].astype(np.float32)
+
+
 def transpose_csr(n_nodes, indptr, indices, weights, valid=None, inhibitory=None):
     """Reverse CSR (stable by target, then CSR position) plus the two position maps."""
     e = len(indices)

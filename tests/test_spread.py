@@ -196,6 +196,75 @@ def test_self_loop_and_duplicate_edges_add_up():
     assert energy[1] == pytest.approx(0.7)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_reemit_rescans_only_changed_sources(impl):
+    """Delta re-emission: a source whose act did not change is not scanned again, yet every
+    step still sees its contribution (same result as re-scanning it)."""
+    # hub 0 -> 1..5 (0.5), 1 -> 6 (0.8); seed 0 keeps act 1.0 throughout
+    indptr = np.array([0, 5, 6, 6, 6, 6, 6, 6], np.int64)
+    indices = np.array([1, 2, 3, 4, 5, 6], np.int32)
+    weights = np.array([0.5] * 5 + [0.8], np.float32)
+    ws = impl.SpreadWorkspace(7)
+    nodes, energy = impl.spread(indptr, indices, weights, np.array([0], np.int32),
+                                np.array([1.0], np.float32), workspace=ws, **CAUSAL)
+    got = dict(zip(nodes.tolist(), energy.tolist()))
+    assert got == pytest.approx({0: 1.0, 1: 0.35, 2: 0.35, 3: 0.35, 4: 0.35, 5: 0.35,
+                                 6: 0.196})
+    # step 1: the hub (5 edges); step 2: the five new sources (1 edge); step 3: nothing changed
+    assert ws.edges_scanned == 6
+    assert ws.steps == 3
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_reemit_growing_source_emits_its_change(impl):
+    """A source whose act grows contributes only the change (ordinary and inhibitory edges);
+    the sums then equal a fresh recomputation (exactly representable values here)."""
+    # 0 -> 1 (1.0), 0 -> 2 (-1.0, inhibitory, multiplier 2), 1 -> 0 (6.0), 1 -> 3 (1.0)
+    indptr = np.array([0, 2, 4, 4, 4], np.int64)
+    indices = np.array([1, 2, 0, 3], np.int32)
+    weights = np.array([1.0, -1.0, 6.0, 1.0], np.float32)
+    inhib = np.array([0, 1, 0, 0], np.uint8)
+    p = dict(decay=0.5, threshold=0.1, lo=-1.0, hi=1.0, max_steps=5, reemit=True, top_k=0,
+             inhibit_multiplier=2.0)
+    seeds, e0 = np.array([0], np.int32), np.array([0.5], np.float32)
+    ws = impl.SpreadWorkspace(4)
+    nodes, energy = impl.spread(indptr, indices, weights, seeds, e0, inhibitory=inhib,
+                                workspace=ws, **p)
+    # step 1: 1 <- 0.25, 2 <- -0.5; step 2: 0 <- 0.75 (grows), 3 <- 0.125 (new);
+    # step 3: only 0 re-emits its change 0.25: 1 -> 0.375, 2 -> -0.75; nothing new: stop
+    assert dict(zip(nodes.tolist(), energy.tolist())) == {0: 0.75, 2: -0.75, 1: 0.375,
+                                                          3: 0.125}
+    assert nodes.tolist() == [0, 2, 1, 3]
+    assert ws.edges_scanned == 2 + 2 + 2 and ws.steps == 3
+    ref = _spread_py.spread_vectorized(indptr, indices, weights, seeds, e0, inhibitory=inhib,
+                                       **p)
+    np.testing.assert_array_equal(nodes, ref[0])
+    np.testing.assert_array_equal(energy.view(np.uint32), ref[1].view(np.uint32))
+
+
+def test_recompute_frontier_baseline_agrees():
+    """The pre-delta numpy frontier (benchmark baseline): bit-equal without re-emission,
+    equal up to float32 rounding with it."""
+    rng = np.random.default_rng(5)
+    n, e = 300, 3000
+    csr = CSR.from_coo(n, (n * rng.random(e) ** 2).astype(np.int64), rng.integers(0, n, e),
+                       rng.uniform(-1, 1, e).astype(np.float32), inhibitory=rng.random(e) < 0.1)
+    seeds = rng.integers(0, n, 8).astype(np.int32)
+    energy = np.full(8, 0.75, np.float32)
+    for p, exact in ((PEDSA, True), (dict(CAUSAL, top_k=0), False)):
+        args = (csr.indptr, csr.indices, csr.weights, seeds, energy)
+        a = _spread_py.spread_vectorized(*args, inhibitory=csr.inhibitory, **p)
+        b = _spread_py.spread_vectorized_recompute(*args, inhibitory=csr.inhibitory, **p)
+        if exact:
+            np.testing.assert_array_equal(a[0], b[0])
+            np.testing.assert_array_equal(a[1].view(np.uint32), b[1].view(np.uint32))
+        else:
+            da, db = dict(zip(a[0].tolist(), a[1])), dict(zip(b[0].tolist(), b[1]))
+            # a node exactly at the threshold could flip; none does here
+            assert da.keys() == db.keys()
+            np.testing.assert_allclose([da[k] for k in da], [db[k] for k in da], atol=1e-6)
+
+
 def test_invalid_edges_are_skipped():
     nodes, _ = spread([0, 2, 2, 2], [1, 2], [1.0, 1.0], [0], [1.0], valid=[0, 1])
     assert list(nodes) == [0, 2]
