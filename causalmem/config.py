@@ -45,6 +45,8 @@ class Config:
     # graph lifecycle (SPEC §2)
     rebuild_writes: int = 5
     rebuild_seconds: float = 30.0
+    # Hebbian links learned by searches reach the graph at the next rebuild after this long
+    learning_rebuild_seconds: float = 300.0
     # learning (SPEC §5)
     q_init: float = 0.5
     q_alpha: float = 0.1

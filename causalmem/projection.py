@@ -88,7 +88,6 @@ class Projection:
         self._built_at = 0.0
         self._stale = True
         self._soft = False
-        self._co_key: dict[tuple[int, int], int] = {}
         self.n_nodes = 0
         self.rebuilds = 0
         self.last_rebuild_seconds = 0.0
@@ -97,8 +96,10 @@ class Projection:
     def count_write(self, n: int = 1) -> None:
         self._pending += n
 
-    def soft_change(self) -> None:
-        """A change that may wait for the timed rebuild (Hebbian weight of an existing pair)."""
+    def learning_change(self) -> None:
+        """Hebbian pairs created or strengthened by a search: picked up by the next timed rebuild
+        (``Config.learning_rebuild_seconds``). Learned links are not user writes, and keeping them
+        out of the overlay keeps every search from re-projecting the overlay."""
         self._soft = True
 
     def mark_stale(self) -> None:
@@ -111,17 +112,6 @@ class Projection:
             return
         self._overlay.add(eid, src, dst, edge_value(relation, confidence, weight), relation.inhibitory)
         self.n_nodes = max(self.n_nodes, src + 1, dst + 1)
-
-    def cooccurrence_added(self, a: int, b: int, weight: float) -> None:
-        """A new Hebbian pair: visible at once through the overlay (both directions)."""
-        if self.graph is None or self._stale:
-            return
-        key = -(len(self._co_key) + 1_000_000_000)
-        self._co_key[(a, b)] = key
-        val = edge_value(Relation.CO_OCCURRENCE, 1.0, weight)
-        self._overlay.add(key, a, b, val, False)
-        self._overlay.add(key, b, a, val, False)
-        self.n_nodes = max(self.n_nodes, a + 1, b + 1)
 
     def edge_invalidated(self, eid: int) -> None:
         if self.graph is None or self._stale:
@@ -151,7 +141,10 @@ class Projection:
             return True
         if self._pending >= self._config.rebuild_writes:
             return True
-        if (self._pending > 0 or self._soft) and self._clock() - self._built_at >= self._config.rebuild_seconds:
+        elapsed = self._clock() - self._built_at
+        if self._pending > 0 and elapsed >= self._config.rebuild_seconds:
+            return True
+        if self._soft and elapsed >= self._config.learning_rebuild_seconds:
             return True
         return False
 
@@ -165,7 +158,7 @@ class Projection:
         t0 = time.perf_counter()
         graph = build_graph(self._load())
         # Swap in one step: readers see either the old graph+overlay or the new graph.
-        self.graph, self._overlay, self._co_key = graph, _Overlay(), {}
+        self.graph, self._overlay = graph, _Overlay()
         self.n_nodes = graph.n_nodes
         self._pending = 0
         self._soft = False

@@ -446,10 +446,7 @@ def _reinforce(mem: "Memory", nids: list[int]) -> None:
             if table is not None:
                 idx = np.asarray([n for n in nids if n < table.n], dtype=np.int64)
                 table.importance[idx] = np.minimum(10.0, table.importance[idx] + 0.1)
-            for a, b, w, is_new in pairs:
-                if is_new:
-                    mem._projection.cooccurrence_added(a, b, w)
-            if any(not p[3] for p in pairs):
-                mem._projection.soft_change()
+            if pairs:
+                mem._projection.learning_change()
 
         fx.append(apply)
