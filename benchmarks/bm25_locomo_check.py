@@ -16,8 +16,10 @@ from pathlib import Path
 
 from causalmem.lexical import ENGLISH_STOP_WORDS, BM25Index, Tokenizer
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from locomo_retrieval import normalise_evidence  # noqa: E402  (one evidence normaliser for both harnesses)
+
 DEFAULT_PATH = Path("/work/shared/data/locomo-dev/locomo_dev.json")
-_ID_RE = re.compile(r"D:?(\d+):(\d+)")
 
 # A classic, larger stop-word list to compare against the engine's small one.
 _FILLERS = set("hey hi oh yeah yes wow thanks thank really ok okay um uh hmm lol haha".split())
@@ -29,17 +31,6 @@ _LARGE_EXTRA = set(
     still even ever back now today always though although because since while until
     """.split()
 )
-
-
-def normalise_evidence(evidence: list[str], known: set[str]) -> list[str]:
-    """Split multi-id strings, fix "D:11:26" / "D30:05", drop ids that name no turn."""
-    out: list[str] = []
-    for item in evidence:
-        for m in _ID_RE.finditer(str(item)):
-            did = f"D{int(m.group(1))}:{int(m.group(2))}"
-            if did in known and did not in out:
-                out.append(did)
-    return out
 
 
 def load(path: Path):

@@ -49,19 +49,7 @@ DEVOPS_NAMES = ["deploy without tests", "production crash", "safe release", "use
                 "rollback needed", "downtime", "add input validation", "sql injection",
                 "security audit passed", "skip code review", "hidden bugs", "enable caching",
                 "faster response", "timeout errors"]
-DEVOPS = [
-    ("deploy without tests", "production crash", "caused", 0.9),
-    ("deploy without tests", "safe release", "prevented", 0.85),
-    ("production crash", "user complaints", "caused", 0.8),
-    ("production crash", "rollback needed", "enabled", 0.7),
-    ("rollback needed", "downtime", "caused", 0.75),
-    ("add input validation", "sql injection", "prevented", 0.9),
-    ("add input validation", "security audit passed", "enabled", 0.6),
-    ("skip code review", "hidden bugs", "caused", 0.85),
-    ("hidden bugs", "production crash", "caused", 0.7),
-    ("enable caching", "faster response", "caused", 0.8),
-    ("enable caching", "timeout errors", "prevented", 0.85),
-]
+from causalmem.cli import DEVOPS_EDGES as DEVOPS  # noqa: E402  (the DevOps graph of SPEC §3)
 COEF = {"caused": 1.0, "enabled": 0.5, "prevented": -0.3}
 
 
