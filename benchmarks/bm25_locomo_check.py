@@ -9,7 +9,6 @@ several tokenizer variants. The data set is read in place, never copied.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections import defaultdict
 from pathlib import Path
