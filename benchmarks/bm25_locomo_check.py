@@ -18,7 +18,7 @@ from causalmem.lexical import ENGLISH_STOP_WORDS, BM25Index, Tokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from locomo_retrieval import normalise_evidence  # noqa: E402  (one evidence normaliser for both harnesses)
 
-DEFAULT_PATH = Path("/work/shared/data/locomo-dev/locomo_dev.json")
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo-dev" / "locomo_dev.json"
 
 # A classic, larger stop-word list to compare against the engine's small one.
 _FILLERS = set("hey hi oh yeah yes wow thanks thank really ok okay um uh hmm lol haha".split())
