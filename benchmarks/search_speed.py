@@ -32,7 +32,6 @@ import gc
 import hashlib
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import sqlite3
 import statistics
 import sys

@@ -102,7 +102,7 @@ class ChatClient:
                     log.warning("causalmem: %s (attempt %d/%d)", last, attempt + 1, self.retries + 1)
                     continue
                 raise LLMError(f"LLM endpoint {self.url} answered HTTP {exc.code}: {detail}") from None
-            except (socket.timeout, TimeoutError) as exc:
+            except (socket.timeout, TimeoutError):
                 last = LLMError(f"LLM endpoint {self.url} timed out after {self.timeout:g} s")
                 log.warning("causalmem: %s (attempt %d/%d)", last, attempt + 1, self.retries + 1)
                 continue

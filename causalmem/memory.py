@@ -16,12 +16,11 @@ import numpy as np
 
 from . import ingest
 from .config import Config, SpreadParams
-from .errors import ConfigurationError, StoreError
+from .errors import ConfigurationError
 from .lexical import BM25Index
 from .projection import ChunkTable, Projection
 from .store import Store, row_to_chunk, row_to_edge, text_hash
 from .types import (
-    CHUNK_KINDS,
     SOURCES_CONFIDENCE,
     Activation,
     Chunk,

@@ -14,7 +14,6 @@ import os
 import sqlite3
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
