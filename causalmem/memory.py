@@ -352,11 +352,12 @@ class Memory:
         for a in items:
             keys.setdefault((a["decision"], a["scope"]), "decision")
             keys.setdefault((a["outcome"], a["scope"]), "outcome")
-        found = self._store.find_reusable_chunks(list(keys))
+        hashes: dict[str, int] = {}
+        found = self._store.find_reusable_chunks(list(keys), hashes)
         new_keys = [k for k in keys if k not in found]
         created = self._store.insert_chunks_bulk([
-            {"text": t, "kind": keys[(t, sc)], "created_at": now, "event_time": None, "q_value": q0,
-             "user_id": sc[0], "agent_id": sc[1], "run_id": sc[2]} for t, sc in new_keys])
+            {"text": t, "text_hash": hashes[t], "kind": keys[(t, sc)], "created_at": now, "event_time": None,
+             "q_value": q0, "user_id": sc[0], "agent_id": sc[1], "run_id": sc[2]} for t, sc in new_keys])
         chunk_of = dict(found)
         chunk_of.update(zip(new_keys, created))
         emb_rows = []
@@ -369,10 +370,15 @@ class Memory:
             self._store.put_embeddings(emb_rows)
         # 2. edges
         rows = []
+        guessed: dict[str, str | None] = {}
         for a in items:
             d_nid = chunk_of[(a["decision"], a["scope"])][0]
             o_nid = chunk_of[(a["outcome"], a["scope"])][0]
-            polarity = a["polarity"] if a["polarity"] is not None else ingest.guess_polarity(a["outcome"])
+            polarity = a["polarity"]
+            if polarity is None:
+                polarity = guessed.get(a["outcome"], "?")
+                if polarity == "?":
+                    polarity = guessed[a["outcome"]] = ingest.guess_polarity(a["outcome"])
             rows.append({"src": d_nid, "dst": o_nid, "relation": a["rel"], "subtype": a["subtype"],
                          "confidence": a["confidence"], "source": a["source"], "polarity": polarity,
                          "task_tag": a["task_tag"], "event_time": a["event_time"], "discovered_at": now})
@@ -443,10 +449,14 @@ class Memory:
         cache: dict = {}
         for i, item in enumerate(items):
             if isinstance(item, (tuple, list)) and len(item) in (2, 3):
-                kw = {"decision": item[0], "outcome": item[1]}
-                if len(item) == 3:
-                    kw["relation"] = item[2]
-            elif isinstance(item, Mapping):
+                try:  # the common case: (decision, outcome[, relation]) with default metadata
+                    parsed.append(self._validated_record(
+                        item[0], item[1], item[2] if len(item) == 3 else "caused", "llm_inferred", None, None,
+                        None, None, None, None, None, _cache=cache))
+                except (ValueError, TypeError) as exc:
+                    raise type(exc)(f"items[{i}]: {exc}") from None
+                continue
+            if isinstance(item, Mapping):
                 kw = dict(item)
                 unknown = set(kw) - {"decision", "outcome", "relation", "source", "confidence", "polarity",
                                      "task_tag", "event_time", "user_id", "agent_id", "run_id"}

@@ -368,11 +368,18 @@ class Store(LearningStoreMixin):
         )
         return cur.lastrowid, cid
 
-    def find_reusable_chunks(self, keys: Sequence[tuple[str, tuple]]) -> dict[tuple[str, tuple], tuple[int, str]]:
-        """Bulk form of ``find_reusable_chunk``: {(text, scope): (nid, id)} for the keys that exist."""
-        by_scope: dict[tuple, dict[str, str]] = {}
+    def find_reusable_chunks(self, keys: Sequence[tuple[str, tuple]],
+                             hashes: dict[str, int] | None = None) -> dict[tuple[str, tuple], tuple[int, str]]:
+        """Bulk form of ``find_reusable_chunk``: {(text, scope): (nid, id)} for the keys that exist.
+
+        ``hashes``, when given, is filled with text -> text_hash for reuse by ``insert_chunks_bulk``."""
+        hashes = {} if hashes is None else hashes
+        by_scope: dict[tuple, dict[int, str]] = {}
         for text, scope in keys:
-            by_scope.setdefault(scope, {})[text_hash(text)] = text
+            h = hashes.get(text)
+            if h is None:
+                h = hashes[text] = text_hash(text)
+            by_scope.setdefault(scope, {})[h] = text
         out: dict[tuple[str, tuple], tuple[int, str]] = {}
         for scope, hashes in by_scope.items():
             hs = list(hashes)
@@ -395,7 +402,8 @@ class Store(LearningStoreMixin):
         self.conn.executemany(
             "INSERT INTO chunks (nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, "
             "user_id, agent_id, run_id, session_id, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [(base + 1 + i, ids[i], r["text"], text_hash(r["text"]), r["kind"], r["created_at"], r.get("event_time"),
+            [(base + 1 + i, ids[i], r["text"], r.get("text_hash") or text_hash(r["text"]), r["kind"], r["created_at"],
+              r.get("event_time"),
               r["q_value"], r.get("importance", 5.0), r.get("user_id"), r.get("agent_id"), r.get("run_id"),
               r.get("session_id"), json.dumps(r["metadata"], ensure_ascii=False) if r.get("metadata") else "{}")
              for i, r in enumerate(rows)])
