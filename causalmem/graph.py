@@ -13,7 +13,6 @@ either valid or invalid, never anything torn.
 from __future__ import annotations
 
 import dataclasses
-import math
 import operator
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
@@ -21,7 +20,7 @@ import numpy as np
 
 from .config import PRESETS, SpreadParams
 from . import _kernels
-from .spreading import CSR, _coo_to_csr
+from .spreading import CSR, _coo_to_csr, real_number
 from .types import Activation, Relation
 
 __all__ = ["CausalGraph", "resolve_params"]
@@ -101,10 +100,10 @@ class CausalGraph:
                     f"got {n_fields} fields"
                 )
             relation = Relation.parse(rel)
-            c = _real(f"confidence of edge {k}", conf)
+            c = real_number(f"confidence of edge {k}", conf)
             if not 0.0 <= c <= 1.0:
                 raise ValueError(f"confidence of edge {k} must be in [0, 1], got {conf!r}")
-            w = _real(f"weight of edge {k}", weight)
+            w = real_number(f"weight of edge {k}", weight)
             for name, nid in (("source", s), ("target", d)):
                 try:
                     known = nid in index
@@ -330,7 +329,7 @@ class CausalGraph:
                     f"seeds must be a mapping id -> energy or (id, energy) pairs, got {item!r}"
                 ) from None
             idx.append(self._lookup(nid, overlay))
-            energy.append(_real(f"energy of seed {nid!r}", e))
+            energy.append(real_number(f"energy of seed {nid!r}", e))
         nodes, values = self.spread_indices(
             np.asarray(idx, dtype=np.int64), np.asarray(energy, dtype=np.float64),
             reverse=reverse, params=params, extra=extra,
@@ -363,13 +362,3 @@ class CausalGraph:
         return j
 
 
-def _real(name: str, value: Any) -> float:
-    if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a real number, got {value!r}") from None
-    if math.isnan(v) or math.isinf(v):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return v

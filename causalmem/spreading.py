@@ -97,6 +97,19 @@ def _weight_array(name: str, value: Any, n_edges: int | None = None) -> np.ndarr
     return out
 
 
+def real_number(name: str, value: Any) -> float:
+    """``value`` as a finite float; ``ValueError`` naming ``name`` otherwise (bools refused)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a real number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return v
+
+
 def _check_param(name: str, value: Any) -> Any:
     if name == "reemit":
         if isinstance(value, (bool, np.bool_)):
@@ -118,15 +131,7 @@ def _check_param(name: str, value: Any) -> Any:
         if v > _INT32_MAX:
             raise ValueError(f"{name} must be <= {_INT32_MAX}, got {v}")
         return v
-    # float parameters
-    if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a real number, got {value!r}") from None
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {value!r}")
+    v = real_number(name, value)
     if abs(v) > _F32_MAX:
         raise ValueError(f"{name} must be within float32 range, got {value!r}")
     if name == "decay" and v < 0:
