@@ -288,6 +288,38 @@ def _gather(graph, src_nodes, src_energy):
     return owner, np.flatnonzero(sel)[owner], pos, total
 
 
+def _finish_step(nodes, acc, tel, omt, useeds, seed_e, lo, hi, active, top_k, act, touched, tlist):
+    """Steps 3-6 of SPEC §3 for the numpy frontiers: teleport, clamp, threshold, top-k, abs-max
+    merge into ``act`` (in place). Returns the kept (nodes, energies), how many of them newly
+    crossed the threshold, and the grown touched list."""
+    if tel > 0 and len(useeds):
+        nodes_all = np.union1d(nodes, useeds)
+        acc_all = np.zeros(len(nodes_all), dtype=np.float32)
+        acc_all[np.searchsorted(nodes_all, nodes)] = acc
+        at = np.searchsorted(nodes_all, useeds)
+        acc_all[at] = omt * acc_all[at] + tel * seed_e
+        nodes, acc = nodes_all, acc_all
+    acc = np.where(acc > hi, hi, np.where(acc < lo, lo, acc)).astype(np.float32)
+    keep = active(acc)
+    nodes, acc = nodes[keep], acc[keep]
+    if top_k > 0 and len(nodes) > top_k:
+        absv = np.abs(acc)
+        kth = np.partition(absv, len(absv) - top_k)[len(absv) - top_k]
+        cand = np.flatnonzero(absv >= kth)
+        order = np.lexsort((nodes[cand], -absv[cand].astype(np.float64)))[: int(top_k)]
+        sel = np.sort(cand[order])
+        nodes, acc = nodes[sel], acc[sel]
+    old = act[nodes]
+    was = touched[nodes] & active(old)
+    newly = int((~was).sum())
+    upd = np.abs(acc) > np.abs(old)
+    act[nodes[upd]] = acc[upd]
+    new_nodes = nodes[~touched[nodes]]
+    touched[new_nodes] = True
+    tlist = np.concatenate([tlist, new_nodes])
+    return nodes, acc, newly, tlist
+
+
 def spread_vectorized(indptr, indices, weights, seed_nodes, seed_energy, *, valid=None,
                       inhibitory=None, decay=0.7, threshold=0.1, lo=-1.0, hi=1.0, max_steps=5,
                       reemit=True, top_k=0, teleport=0.0, inhibit_multiplier=1.0, extra=None,
@@ -383,31 +415,8 @@ def spread_vectorized(indptr, indices, weights, seed_nodes, seed_energy, *, vali
                 nodes, inv = np.unique(tgt, return_inverse=True)
                 acc = np.zeros(len(nodes), dtype=np.float32)
                 np.add.at(acc, inv, con)
-            if tel > 0 and len(useeds):
-                nodes_all = np.union1d(nodes, useeds)
-                acc_all = np.zeros(len(nodes_all), dtype=np.float32)
-                acc_all[np.searchsorted(nodes_all, nodes)] = acc
-                at = np.searchsorted(nodes_all, useeds)
-                acc_all[at] = omt * acc_all[at] + tel * seed_e
-                nodes, acc = nodes_all, acc_all
-            acc = np.where(acc > hi, hi, np.where(acc < lo, lo, acc)).astype(np.float32)
-            keep = active(acc)
-            nodes, acc = nodes[keep], acc[keep]
-            if top_k > 0 and len(nodes) > top_k:
-                absv = np.abs(acc)
-                kth = np.partition(absv, len(absv) - top_k)[len(absv) - top_k]
-                cand = np.flatnonzero(absv >= kth)
-                order = np.lexsort((nodes[cand], -absv[cand].astype(np.float64)))[: int(top_k)]
-                sel = np.sort(cand[order])
-                nodes, acc = nodes[sel], acc[sel]
-            old = act[nodes]
-            was = touched[nodes] & active(old)
-            newly = int((~was).sum())
-            upd = np.abs(acc) > np.abs(old)
-            act[nodes[upd]] = acc[upd]
-            new_nodes = nodes[~touched[nodes]]
-            touched[new_nodes] = True
-            tlist = np.concatenate([tlist, new_nodes])
+            nodes, acc, newly, tlist = _finish_step(nodes, acc, tel, omt, useeds, seed_e, lo, hi, active, top_k,
+                                                    act, touched, tlist)
             cur_nodes, cur_e, cur_ae = nodes, acc, np.abs(acc)
             if reemit:
                 if newly == 0:
@@ -498,31 +507,8 @@ def spread_vectorized_recompute(indptr, indices, weights, seed_nodes, seed_energ
             nodes, inv = np.unique(tgt, return_inverse=True)
             acc = np.zeros(len(nodes), dtype=np.float32)
             np.add.at(acc, inv, con)
-            if tel > 0 and len(useeds):
-                nodes_all = np.union1d(nodes, useeds)
-                acc_all = np.zeros(len(nodes_all), dtype=np.float32)
-                acc_all[np.searchsorted(nodes_all, nodes)] = acc
-                at = np.searchsorted(nodes_all, useeds)
-                acc_all[at] = omt * acc_all[at] + tel * seed_e
-                nodes, acc = nodes_all, acc_all
-            acc = np.where(acc > hi, hi, np.where(acc < lo, lo, acc)).astype(np.float32)
-            keep = active(acc)
-            nodes, acc = nodes[keep], acc[keep]
-            if top_k > 0 and len(nodes) > top_k:
-                absv = np.abs(acc)
-                kth = np.partition(absv, len(absv) - top_k)[len(absv) - top_k]
-                cand = np.flatnonzero(absv >= kth)
-                order = np.lexsort((nodes[cand], -absv[cand].astype(np.float64)))[: int(top_k)]
-                sel = np.sort(cand[order])
-                nodes, acc = nodes[sel], acc[sel]
-            old = act[nodes]
-            was = touched[nodes] & active(old)
-            newly = int((~was).sum())
-            upd = np.abs(acc) > np.abs(old)
-            act[nodes[upd]] = acc[upd]
-            new_nodes = nodes[~touched[nodes]]
-            touched[new_nodes] = True
-            tlist = np.concatenate([tlist, new_nodes])
+            nodes, acc, newly, tlist = _finish_step(nodes, acc, tel, omt, useeds, seed_e, lo, hi, active, top_k,
+                                                    act, touched, tlist)
             cur_nodes, cur_e = nodes, acc
             if reemit:
                 if newly == 0:
