@@ -294,6 +294,16 @@ _EMPTY_SCORES = np.zeros(0, dtype=np.float32)
 # --------------------------------------------------------------------------- index
 
 
+def _term_scores(norm: np.ndarray, slots: np.ndarray, tfs: np.ndarray, w: float) -> np.ndarray:
+    """BM25 contribution of one query term to its postings: w·tf / (tf + norm[slot])."""
+    tf = tfs.astype(np.float64)
+    c = norm[slots]
+    c += tf
+    np.divide(tf, c, out=c)
+    c *= w
+    return c
+
+
 class BM25Index:
     """Incremental Okapi BM25 (k1 1.2, b 0.75, IDF ln(1 + (N - df + .5)/(df + .5))).
 
@@ -775,13 +785,8 @@ class BM25Index:
             # few postings: no dense buffer, sort + segment sums
             parts_s, parts_c = [], []
             for slots, tfs, w in terms:
-                tf = tfs.astype(np.float64)
-                c = norm[slots]
-                c += tf
-                np.divide(tf, c, out=c)
-                c *= w
                 parts_s.append(slots)
-                parts_c.append(c)
+                parts_c.append(_term_scores(norm, slots, tfs, w))
             if len(terms) == 1:
                 slots = parts_s[0].astype(np.int64)
                 scores = parts_c[0]
@@ -800,12 +805,7 @@ class BM25Index:
                 self._buf = np.zeros(max(n_slots, 2 * self._buf.shape[0]), dtype=np.float64)
             buf = self._buf
             for slots, tfs, w in terms:
-                tf = tfs.astype(np.float64)
-                c = norm[slots]
-                c += tf
-                np.divide(tf, c, out=c)
-                c *= w
-                buf[slots] += c
+                buf[slots] += _term_scores(norm, slots, tfs, w)
             view = buf[:n_slots]
             lower = keep(terms, view) if keep is not None else 0.0
             slots = np.flatnonzero(view >= lower) if lower > 0.0 else np.flatnonzero(view)
