@@ -4,7 +4,9 @@ Node ids (any hashables) map to dense indices ``0..N-1``; edge values are pre-mu
 (confidence × relation coefficient × weight) at build time; ``prevented`` edges are flagged
 inhibitory.  Validity flags live in the CSR ``valid`` arrays and can be flipped in place
 (``invalidate``, ``invalidate_node``) without a rebuild: both directions are kept in step through
-two position maps (forward position ↔ reverse position).
+two position maps (forward position ↔ reverse position).  The graph owns its arrays: ``forward``
+and ``reverse`` are read-only properties, their arrays read-only; only the graph keeps a
+(private) writable handle on the two ``valid`` arrays, and no flip can move an index.
 
 Thread safety: queries may run concurrently (see ``causalmem.spreading``).  ``invalidate*``
 write single bytes of the ``valid`` arrays; a query running at the same moment sees the edge
@@ -158,19 +160,21 @@ class CausalGraph:
                 inhib_a = None  # no inhibitory edge: save a byte per edge and direction
         fwd, fwd_pos = _coo_to_csr(n_nodes, src_a, dst, values, valid=valid,
                                    inhibitory=inhib_a)
-        # every query reads valid and invalidate() writes it: always our own array
-        if fwd.valid is None:
-            fwd.valid = np.ones(n_edges, dtype=np.uint8)
         e = n_edges
+        # every query reads valid and invalidate() writes it: the CSRs expose read-only views,
+        # the graph keeps the only writable handles (private, fresh arrays nobody else holds)
+        fwd_valid = np.ones(e, dtype=np.uint8) if fwd.valid is None else fwd.valid.copy()
+        fwd = CSR._adopt(fwd.indptr, fwd.indices, fwd.weights, fwd_valid.view(), fwd.inhibitory)
         # the reverse CSR is the transpose of the forward one (stable by target, then forward
         # position); the same pass yields both position maps
         transpose = _kernels.transpose_csr if e < _INT32_MAX else _kernels.reference.transpose_csr
         r_indptr, r_indices, r_weights, r_valid, r_inhib, rev_of_fwd, fwd_of_rev = transpose(
-            fwd.n_nodes, fwd.indptr, fwd.indices, fwd.weights, fwd.valid, fwd.inhibitory)
-        rev = CSR(r_indptr, r_indices, r_weights, valid=r_valid, inhibitory=r_inhib,
-                  _trusted=True)
-        self.forward: CSR = fwd
-        self.reverse: CSR = rev
+            fwd.n_nodes, fwd.indptr, fwd.indices, fwd.weights, fwd_valid, fwd.inhibitory)
+        rev = CSR._adopt(r_indptr, r_indices, r_weights, r_valid.view(), r_inhib)
+        self._forward = fwd
+        self._reverse = rev
+        self._fwd_valid: np.ndarray = fwd_valid
+        self._rev_valid: np.ndarray = r_valid
         self._rev_of_fwd = rev_of_fwd
         self._fwd_of_rev = fwd_of_rev
         identity = e < 2 or bool((src_a[1:] >= src_a[:-1]).all())
@@ -184,7 +188,7 @@ class CausalGraph:
                 raise ValueError(f"edge_keys must be 1-D with one key per edge ({e})")
             if e and keys.dtype.kind not in "iu":
                 raise ValueError(f"edge_keys must be integers, got dtype {keys.dtype}")
-            keys = keys.astype(np.int64)
+            keys = keys.astype(np.int64) if e else np.zeros(0, np.int64)
             if e > 1 and bool((np.diff(keys) > 0).all()):
                 self._keys_sorted = keys
             else:
@@ -197,6 +201,17 @@ class CausalGraph:
                 self._key_order = _small_index(order)
         self._ids: list[Hashable] | None = ids
         self._index: dict[Hashable, int] | None = index
+
+    # -- the two projections (read-only) ------------------------------------------------------
+    @property
+    def forward(self) -> CSR:
+        """The forward CSR (edges src -> dst); read-only, like its arrays."""
+        return self._forward
+
+    @property
+    def reverse(self) -> CSR:
+        """The reverse CSR (edges dst -> src), for tracing causes; read-only."""
+        return self._reverse
 
     # -- sizes and ids ----------------------------------------------------------------------
     @property
@@ -266,24 +281,24 @@ class CausalGraph:
         e = self._ordinal(edge_key)
         p = e if self._fwd_pos is None else int(self._fwd_pos[e])
         flag = 1 if valid else 0
-        self.forward.valid[p] = flag
-        self.reverse.valid[int(self._rev_of_fwd[p])] = flag
+        self._fwd_valid[p] = flag
+        self._rev_valid[int(self._rev_of_fwd[p])] = flag
 
     def invalidate_node(self, node_id: Hashable, valid: bool = False) -> None:
         """Set the validity of every in- and out-edge of ``node_id`` in both directions."""
         i = self.index_of(node_id)
         flag = 1 if valid else 0
         a, b = int(self.forward.indptr[i]), int(self.forward.indptr[i + 1])
-        self.forward.valid[a:b] = flag
-        self.reverse.valid[self._rev_of_fwd[a:b]] = flag
+        self._fwd_valid[a:b] = flag
+        self._rev_valid[self._rev_of_fwd[a:b]] = flag
         a, b = int(self.reverse.indptr[i]), int(self.reverse.indptr[i + 1])
-        self.reverse.valid[a:b] = flag
-        self.forward.valid[self._fwd_of_rev[a:b]] = flag
+        self._rev_valid[a:b] = flag
+        self._fwd_valid[self._fwd_of_rev[a:b]] = flag
 
     def is_valid(self, edge_key: Any) -> bool:
         e = self._ordinal(edge_key)
         p = e if self._fwd_pos is None else int(self._fwd_pos[e])
-        return bool(self.forward.valid[p])
+        return bool(self._fwd_valid[p])
 
     # -- spreading ----------------------------------------------------------------------------
     def _overlay_csr(self, extra: Any, reverse: bool) -> CSR | None:

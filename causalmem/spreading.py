@@ -54,7 +54,7 @@ def _as_1d(name: str, value: Any) -> np.ndarray:
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got an array with ndim={arr.ndim}")
     if arr.size == 0 and arr.dtype.kind not in "biuf":
-        arr = arr.astype(np.float64)  # an empty list is float64 already; [] of objects is fine
+        arr = np.zeros(0, np.float64)  # an empty list is float64 already; [] of objects is fine
     if not _is_real_dtype(arr.dtype):
         raise ValueError(f"{name} must have a numeric dtype, got {arr.dtype}")
     return arr
@@ -184,6 +184,59 @@ def _check_params(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _may_alias(out: np.ndarray | None, given: Any) -> bool:
+    """Whether the validated array ``out`` may share memory with what the caller passed."""
+    if out is None:
+        return False
+    return not isinstance(given, np.ndarray) or np.may_share_memory(out, given)
+
+
+def _validate(indptr: Any, indices: Any, weights: Any, valid: Any,
+              inhibitory: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                        np.ndarray | None, np.ndarray | None]:
+    """The five arrays cast to the kernel dtypes, contiguous and checked (SPEC §3)."""
+    ip = _int_array("indptr", indptr)
+    ix = _int_array("indices", indices)
+    if len(ip) < 1:
+        raise ValueError("indptr must have at least one entry (N+1 entries for N nodes)")
+    n = len(ip) - 1
+    if n > _INT32_MAX:
+        raise ValueError(f"too many nodes for int32 indices: {n}")
+    e = len(ix)
+    if ip.dtype.kind == "u" and ip.size and ip.max() > np.iinfo(np.int64).max:
+        raise ValueError("indptr values exceed int64")
+    ip64 = np.ascontiguousarray(ip, dtype=np.int64)
+    if ip64[0] != 0:
+        raise ValueError(f"indptr[0] must be 0, got {ip64[0]}")
+    if ip64[-1] != e:
+        raise ValueError(
+            f"indptr[-1] must equal len(indices) = {e}, got {ip64[-1]} "
+            f"(indptr has the wrong length or values)"
+        )
+    if n > 0 and (np.diff(ip64) < 0).any():
+        raise ValueError("indptr must be non-decreasing (monotone)")
+    if e:
+        lo_i, hi_i = ix.min(), ix.max()
+        if lo_i < 0 or hi_i >= n:
+            bad = lo_i if lo_i < 0 else hi_i
+            raise ValueError(f"indices out of range: found {int(bad)}, must be in [0, {n})")
+    ix32 = np.ascontiguousarray(ix, dtype=np.int32)
+    w = _weight_array("weights", weights, e)
+    return (ip64, ix32, w, _flag_array("valid", valid, e),
+            _flag_array("inhibitory", inhibitory, e))
+
+
+def _owned(arr: np.ndarray | None, copy: bool) -> np.ndarray | None:
+    """``arr`` as an array the CSR owns, read-only: a private copy when ``copy``, else
+    ``arr`` itself taken over (the caller's array object becomes read-only too)."""
+    if arr is None:
+        return None
+    if copy:
+        arr = arr.copy()
+    arr.flags.writeable = False
+    return arr
+
+
 class CSR:
     """A validated compressed-sparse-row graph ready for many spreading queries.
 
@@ -197,58 +250,76 @@ class CSR:
         Pre-multiplied edge values (finite).
     valid, inhibitory : array-like of shape (E,), optional
         Edge flags (nonzero = true).  ``None``: every edge valid / no edge inhibitory.
+    copy : bool, default True
+        The CSR owns what it validated (as ``scipy.sparse.csgraph`` copies in
+        ``validate_graph``): by default every array is copied, so later writes to the caller's
+        arrays change nothing here.  ``copy=False`` opts out explicitly: arrays that already
+        have the kernel dtype (int64 / int32 / float32 / uint8) and are C-contiguous are
+        *taken over* without a copy and made read-only, the caller's array objects included
+        (writing to them then raises).  Memory safety does not rest on that: the compiled
+        kernel never reads or writes outside the graph arrays or its workspace, whatever is
+        written where (a graph changed behind its back gives meaningless energies, not a
+        crash).
 
-    Arrays already of the right dtype and contiguous are used without a copy (so flipping
-    ``csr.valid`` in place is seen by the next query; ``CausalGraph.invalidate`` relies on it).
-    Do not mutate ``indptr``/``indices`` after construction: they are validated only once.
+    The arrays are read-only properties holding read-only arrays: no attribute can be
+    reassigned and no element written through them.  (``CausalGraph`` keeps a private
+    writable handle on its ``valid`` arrays to flip edge validity without a rebuild.)
     """
 
-    __slots__ = ("indptr", "indices", "weights", "valid", "inhibitory", "_n", "_pool",
+    __slots__ = ("_indptr", "_indices", "_weights", "_valid", "_inhibitory", "_n", "_pool",
                  "_lock", "_gv", "__weakref__")
 
     def __init__(self, indptr: Any, indices: Any, weights: Any, *, valid: Any = None,
-                 inhibitory: Any = None, _trusted: bool = False) -> None:
-        if _trusted:
-            self.indptr, self.indices, self.weights = indptr, indices, weights
-            self.valid, self.inhibitory = valid, inhibitory
-        else:
-            self._validate(indptr, indices, weights, valid, inhibitory)
-        self._n = len(self.indptr) - 1
+                 inhibitory: Any = None, copy: bool = True) -> None:
+        if not isinstance(copy, (bool, np.bool_)):
+            raise TypeError(f"copy must be a bool, got {copy!r}")
+        arrays = _validate(indptr, indices, weights, valid, inhibitory)
+        given = (indptr, indices, weights, valid, inhibitory)
+        # an array the validation made itself (a cast) is private already: no second copy
+        self._init(*(_owned(a, bool(copy) and _may_alias(a, g)) for a, g in zip(arrays, given)))
+
+    @classmethod
+    def _adopt(cls, indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray,
+               valid: np.ndarray | None = None, inhibitory: np.ndarray | None = None) -> "CSR":
+        """A CSR over kernel-typed arrays the caller has just built and nobody else holds
+        (valid by construction): no checks, no copy; they are made read-only."""
+        self = cls.__new__(cls)
+        self._init(*(_owned(a, False) for a in (indptr, indices, weights, valid, inhibitory)))
+        return self
+
+    def _init(self, indptr, indices, weights, valid, inhibitory) -> None:
+        self._indptr, self._indices, self._weights = indptr, indices, weights
+        self._valid, self._inhibitory = valid, inhibitory
+        self._n = len(indptr) - 1
         self._pool: list[Any] = []
         self._lock = threading.Lock()
         self._gv: Any = None  # kernel view (raw pointers), made at the first query
 
-    def _validate(self, indptr, indices, weights, valid, inhibitory) -> None:
-        ip = _int_array("indptr", indptr)
-        ix = _int_array("indices", indices)
-        if len(ip) < 1:
-            raise ValueError("indptr must have at least one entry (N+1 entries for N nodes)")
-        n = len(ip) - 1
-        if n > _INT32_MAX:
-            raise ValueError(f"too many nodes for int32 indices: {n}")
-        e = len(ix)
-        if ip.dtype.kind == "u" and ip.size and ip.max() > np.iinfo(np.int64).max:
-            raise ValueError("indptr values exceed int64")
-        ip64 = np.ascontiguousarray(ip, dtype=np.int64)
-        if ip64[0] != 0:
-            raise ValueError(f"indptr[0] must be 0, got {ip64[0]}")
-        if ip64[-1] != e:
-            raise ValueError(
-                f"indptr[-1] must equal len(indices) = {e}, got {ip64[-1]} "
-                f"(indptr has the wrong length or values)"
-            )
-        if n > 0 and (np.diff(ip64) < 0).any():
-            raise ValueError("indptr must be non-decreasing (monotone)")
-        if e:
-            lo_i, hi_i = ix.min(), ix.max()
-            if lo_i < 0 or hi_i >= n:
-                bad = lo_i if lo_i < 0 else hi_i
-                raise ValueError(f"indices out of range: found {int(bad)}, must be in [0, {n})")
-        ix32 = np.ascontiguousarray(ix, dtype=np.int32)
-        w = _weight_array("weights", weights, e)
-        self.indptr, self.indices, self.weights = ip64, ix32, w
-        self.valid = _flag_array("valid", valid, e)
-        self.inhibitory = _flag_array("inhibitory", inhibitory, e)
+    # -- the arrays (read-only) -------------------------------------------------------------
+    @property
+    def indptr(self) -> np.ndarray:
+        """Row pointers, int64[N+1] (read-only)."""
+        return self._indptr
+
+    @property
+    def indices(self) -> np.ndarray:
+        """Edge targets, int32[E] (read-only)."""
+        return self._indices
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Pre-multiplied edge values, float32[E] (read-only)."""
+        return self._weights
+
+    @property
+    def valid(self) -> np.ndarray | None:
+        """Edge validity flags, uint8[E] (read-only), or None: every edge valid."""
+        return self._valid
+
+    @property
+    def inhibitory(self) -> np.ndarray | None:
+        """Inhibitory flags, uint8[E] (read-only), or None: no edge inhibitory."""
+        return self._inhibitory
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -380,7 +451,7 @@ def _coo_to_csr(n_nodes: Any, src: Any, dst: Any, weights: Any, *, valid: Any = 
     s32 = np.ascontiguousarray(s, dtype=np.int32)
     d32 = np.ascontiguousarray(d, dtype=np.int32)
     indptr, indices, wts, vv, hh, pos = _kernels.coo_to_csr(n, s32, d32, w, v, h)
-    return CSR(indptr, indices, wts, valid=vv, inhibitory=hh, _trusted=True), pos
+    return CSR._adopt(indptr, indices, wts, vv, hh), pos
 
 
 def spread(indptr: Any, indices: Any, weights: Any, seed_nodes: Any, seed_energy: Any, *,

@@ -1,7 +1,11 @@
 """Spreading kernels: golden values (SPEC §3), edge cases, bad input, compiled vs reference."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -315,16 +319,111 @@ def test_read_only_arrays_accepted():
     np.testing.assert_array_equal(out, out2)
 
 
-def test_inputs_cast_once_and_not_copied_when_right_dtype():
+def test_inputs_cast_once_and_copied_by_default():
     indptr = np.array([0, 1, 1], np.int64)
     indices = np.array([1], np.int32)
     weights = np.array([0.5], np.float32)
     csr = CSR(indptr, indices, weights)
-    assert csr.indptr is indptr and csr.indices is indices and csr.weights is weights
+    for mine, given in ((csr.indptr, indptr), (csr.indices, indices), (csr.weights, weights)):
+        assert not np.shares_memory(mine, given)
+        assert given.flags.writeable  # the caller's arrays are left alone
     csr2 = CSR([0, 1, 1], [1], [0.5])  # lists and other dtypes are cast
     assert csr2.indptr.dtype == np.int64 and csr2.indices.dtype == np.int32
     assert csr2.weights.dtype == np.float32
     assert csr.n_nodes == 2 and csr.n_edges == 1 and csr.nbytes == 8 * 3 + 4 + 4
+
+
+# ---------------------------------------------------------------------------------------------
+# the CSR owns what it validated (issue 9, item 1)
+# ---------------------------------------------------------------------------------------------
+
+SEGFAULT_REPRO = """
+import numpy as np
+from causalmem import CSR
+indices = np.array([1, 0], np.int32)
+csr = CSR(np.array([0, 1, 2]), indices, np.ones(2, np.float32))
+indices[0] = 2_000_000_000
+nodes, energy = csr.spread([0], [1.0])
+assert nodes.tolist() == [0, 1], nodes   # the graph validated at construction is the one used
+print("ok")
+"""
+
+
+def run_child(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter on this tree's ``causalmem``."""
+    root = str(Path(causalmem.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_issue_reproduction_does_not_crash_in_a_subprocess():
+    # before the fix the CSR kept the caller's array and this exited with SIGSEGV (rc -11/139)
+    proc = run_child(SEGFAULT_REPRO)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stdout.strip() == "ok"
+
+
+def test_later_writes_to_the_callers_arrays_change_nothing():
+    idx, fwd, _ = devops()
+    arrays = [np.array(a) for a in (fwd.indptr, fwd.indices, fwd.weights, fwd.inhibitory)]
+    valid = np.ones(len(arrays[1]), np.uint8)
+    csr = CSR(arrays[0], arrays[1], arrays[2], valid=valid, inhibitory=arrays[3])
+    before = csr.spread([idx["deploy without tests"]], [0.75], **CAUSAL)
+    arrays[0][1:] = 0
+    arrays[1][:] = 10**9
+    arrays[2][:] = np.nan
+    valid[:] = 0
+    arrays[3][:] = 7
+    after = csr.spread([idx["deploy without tests"]], [0.75], **CAUSAL)
+    np.testing.assert_array_equal(before[0], after[0])
+    np.testing.assert_array_equal(before[1], after[1])
+
+
+@pytest.mark.parametrize("name", ["indptr", "indices", "weights", "valid", "inhibitory"])
+def test_attributes_cannot_be_reassigned_or_written(name):
+    csr = CSR([0, 1, 2], [1, 0], [0.5, 0.5], valid=[1, 1], inhibitory=[0, 1])
+    with pytest.raises(AttributeError):
+        setattr(csr, name, np.zeros(2, np.int32))
+    with pytest.raises(AttributeError):
+        delattr(csr, name)
+    arr = getattr(csr, name)
+    assert not arr.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        arr[0] = 1
+    with pytest.raises(ValueError, match="read-only"):
+        arr[...] = 0
+    with pytest.raises(AttributeError):
+        csr.something_new = 1  # no instance dict
+
+
+def test_returned_arrays_of_from_coo_are_read_only():
+    csr = CSR.from_coo(3, [0, 1], [1, 2], [0.5, 0.5], valid=[1, 1], inhibitory=[0, 1])
+    for arr in (csr.indptr, csr.indices, csr.weights, csr.valid, csr.inhibitory):
+        assert not arr.flags.writeable
+        with pytest.raises(ValueError):
+            arr[0] = 5
+
+
+def test_copy_false_takes_over_kernel_typed_arrays():
+    indptr = np.array([0, 1, 2], np.int64)
+    indices = np.array([1, 0], np.int32)
+    weights = np.array([0.5, 0.5], np.float32)
+    valid = np.array([1, 1], np.uint8)
+    csr = CSR(indptr, indices, weights, valid=valid, copy=False)
+    for mine, given in ((csr.indptr, indptr), (csr.indices, indices), (csr.weights, weights),
+                        (csr.valid, valid)):
+        assert np.shares_memory(mine, given)
+        assert not given.flags.writeable  # taken over: the caller's object is read-only now
+    with pytest.raises(ValueError, match="read-only"):
+        indices[0] = 2_000_000_000
+    # arrays that need a cast are converted (a private array) and the caller's left writable
+    f64 = np.array([0.5, 0.5])
+    csr2 = CSR([0, 1, 2], np.array([1, 0], np.int64), f64, copy=False)
+    assert not np.shares_memory(csr2.weights, f64) and f64.flags.writeable
+    with pytest.raises(TypeError, match="copy"):
+        CSR([0, 1, 2], [1, 0], [0.5, 0.5], copy="no")
 
 
 def test_from_coo_stable_order():
