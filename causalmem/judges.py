@@ -31,13 +31,14 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, runtime_checkable
 
 from .errors import LLMError
-from .llm import ChatClient, extract_json
+from .llm import DEFAULT_MAX_RESPONSE_BYTES, ChatClient, extract_json
 
 log = logging.getLogger("causalmem")
 
 __all__ = [
     "EdgeInfo", "Verdict", "Judge", "RuleJudge", "LLMJudge",
-    "DistilledItem", "Distiller", "LLMDistiller", "SUPERSEDING_SUBTYPES",
+    "DistilledItem", "Distillation", "Distiller", "LLMDistiller", "SUPERSEDING_SUBTYPES",
+    "parse_distilled", "parse_verdict", "validate_distilled", "MAX_DISTILLED_ITEMS",
 ]
 
 SUPERSEDING_SUBTYPES = ("invalidates", "supersedes", "contradicts")
@@ -106,8 +107,13 @@ _JUDGE_SYSTEM = (
 )
 
 
-def _llm_kwargs(timeout: float, retries: int, backoff: float) -> dict:
-    return {"timeout": timeout, "retries": retries, "backoff": backoff}
+MAX_REASONING_CHARS = 1000
+
+
+def _llm_kwargs(timeout: float, retries: int, backoff: float, attempt_timeout: float | None,
+                max_response_bytes: int) -> dict:
+    return {"timeout": timeout, "retries": retries, "backoff": backoff, "attempt_timeout": attempt_timeout,
+            "max_response_bytes": max_response_bytes}
 
 
 class LLMJudge:
@@ -115,15 +121,19 @@ class LLMJudge:
 
     ``base_url``, ``model`` and ``api_key`` default to ``CAUSALMEM_LLM_BASE_URL``,
     ``CAUSALMEM_LLM_MODEL`` and ``CAUSALMEM_LLM_API_KEY``; no base URL → ``ConfigurationError``.
-    A failed call (timeout, HTTP error after retries) or an answer without a boolean
-    ``supersedes`` raises ``LLMError``.
+    A failed call (deadline, HTTP error after retries, refused redirect, oversize or too deeply
+    nested answer; see ``causalmem.llm``) or an answer without a boolean ``supersedes`` raises
+    ``LLMError``. ``timeout`` bounds one ``decide`` call, retries included.
     """
 
     remember_negative = True
 
     def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None, *,
-                 timeout: float = 10.0, retries: int = 2, backoff: float = 0.5) -> None:
-        self.client = ChatClient(base_url, model, api_key, **_llm_kwargs(timeout, retries, backoff))
+                 timeout: float = 10.0, retries: int = 2, backoff: float = 0.5,
+                 attempt_timeout: float | None = None,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
+        self.client = ChatClient(base_url, model, api_key,
+                                 **_llm_kwargs(timeout, retries, backoff, attempt_timeout, max_response_bytes))
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> "LLMJudge":
@@ -152,7 +162,7 @@ def parse_verdict(content: str) -> Verdict:
     try:
         value = extract_json(content)
     except ValueError as exc:
-        raise LLMError(f"judge answer is not JSON: {content[:120]!r}") from exc
+        raise LLMError(f"judge answer is not JSON: {exc}") from None
     if not isinstance(value, Mapping) or "supersedes" not in value:
         raise LLMError(f"judge answer lacks a 'supersedes' field: {content[:120]!r}")
     sup = value["supersedes"]
@@ -162,8 +172,13 @@ def parse_verdict(content: str) -> Verdict:
         raise LLMError(f"judge answer 'supersedes' is not a boolean: {sup!r}")
     reasoning = value.get("reasoning", "")
     if not isinstance(reasoning, str):
-        reasoning = str(reasoning)
-    return Verdict(sup, reasoning)
+        reasoning = json.dumps(reasoning, ensure_ascii=False)[:MAX_REASONING_CHARS]
+    return Verdict(sup, _utf8(reasoning)[:MAX_REASONING_CHARS])
+
+
+def _utf8(text: str) -> str:
+    """Text that SQLite can store: lone surrogates (legal JSON escapes) become '?'."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 # ---------------------------------------------------------------------------- distillers
@@ -201,17 +216,38 @@ _DISTILL_SYSTEM = (
 )
 
 
+MAX_DISTILLED_ITEMS = 50  # per answer; the rest is skipped and reported
+MAX_ITEM_CHARS = 4000  # per text field of one item
+
+
+class Distillation(list):
+    """What one distiller answer yields: the valid items (it *is* that list) and ``skipped``,
+    one human-readable reason per item that was left out (bad fields, over the cap)."""
+
+    def __init__(self, items: Any = (), skipped: Any = ()) -> None:
+        super().__init__(items)
+        self.skipped: list[str] = list(skipped)
+
+    def __repr__(self) -> str:
+        return f"Distillation({list.__repr__(self)}, skipped={self.skipped!r})"
+
+
 class LLMDistiller:
     """Distil conversation turns with an OpenAI-compatible endpoint (same client as ``LLMJudge``).
 
     Tolerant of fenced or slightly broken JSON (trailing commas, prose around one JSON value, a
-    ``{"items": [...]}`` wrapper); items with bad fields are skipped (and logged). A failed call
-    raises ``LLMError``.
+    ``{"items": [...]}`` wrapper). Items are validated one by one: a bad one is skipped, logged
+    and listed in the result's ``skipped``; at most ``max_items`` items are kept per answer. A
+    failed call or an answer with no JSON list at all raises ``LLMError``.
     """
 
     def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None, *,
-                 timeout: float = 30.0, retries: int = 2, backoff: float = 0.5) -> None:
-        self.client = ChatClient(base_url, model, api_key, **_llm_kwargs(timeout, retries, backoff))
+                 timeout: float = 30.0, retries: int = 2, backoff: float = 0.5,
+                 attempt_timeout: float | None = None, max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                 max_items: int = MAX_DISTILLED_ITEMS) -> None:
+        self.client = ChatClient(base_url, model, api_key,
+                                 **_llm_kwargs(timeout, retries, backoff, attempt_timeout, max_response_bytes))
+        self.max_items = _max_items(max_items)
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> "LLMDistiller":
@@ -220,25 +256,31 @@ class LLMDistiller:
     def __repr__(self) -> str:
         return f"LLMDistiller({self.client.base_url!r}, model={self.client.model!r})"
 
-    def distill(self, turns: list[dict]) -> list[DistilledItem]:
+    def distill(self, turns: list[dict]) -> Distillation:
         lines = []
         for t in turns:
             speaker = t.get("speaker") if isinstance(t, Mapping) else None
             text = t.get("text") if isinstance(t, Mapping) else str(t)
             lines.append(f"{speaker}: {text}" if speaker else str(text))
         if not lines:
-            return []
+            return Distillation()
         content = self.client.chat([{"role": "system", "content": _DISTILL_SYSTEM},
                                     {"role": "user", "content": "\n".join(lines)}], temperature=0.0)
-        return parse_distilled(content)
+        return parse_distilled(content, max_items=self.max_items)
 
 
-def parse_distilled(content: str) -> list[DistilledItem]:
+def _max_items(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"max_items must be an integer >= 1, got {value!r}")
+    return value
+
+
+def parse_distilled(content: str, *, max_items: int = MAX_DISTILLED_ITEMS) -> Distillation:
     """Items from an LLM answer; ``LLMError`` when no JSON list can be found at all."""
     try:
         value = extract_json(content)
     except ValueError as exc:
-        raise LLMError(f"distiller answer is not JSON: {content[:120]!r}") from exc
+        raise LLMError(f"distiller answer is not JSON: {exc}") from None
     if isinstance(value, Mapping):
         for key in ("items", "memories", "results", "data"):
             if isinstance(value.get(key), list):
@@ -248,14 +290,36 @@ def parse_distilled(content: str) -> list[DistilledItem]:
             value = [value] if "kind" in value else None
     if not isinstance(value, list):
         raise LLMError(f"distiller answer is not a list of items: {content[:120]!r}")
-    items: list[DistilledItem] = []
-    for i, raw in enumerate(value):
+    return validate_distilled(value, max_items=max_items)
+
+
+def validate_distilled(raw_items: Any, *, max_items: int = MAX_DISTILLED_ITEMS) -> Distillation:
+    """Check items one by one (``DistilledItem`` objects or JSON objects); keep at most ``max_items``.
+
+    Never raises for a bad item: it is skipped, logged and listed in ``skipped``. ``raw_items``
+    that is not a list/tuple at all is one skipped "item".
+    """
+    max_items = _max_items(max_items)
+    out = Distillation()
+    if isinstance(raw_items, Distillation):
+        out.skipped.extend(raw_items.skipped)
+    if not isinstance(raw_items, (list, tuple)):
+        out.skipped.append(f"distiller returned {type(raw_items).__name__}, not a list of items")
+        log.warning("causalmem: %s", out.skipped[-1])
+        return out
+    for i, raw in enumerate(raw_items):
+        if len(out) >= max_items:
+            rest = len(raw_items) - i
+            out.skipped.append(f"{rest} item(s) beyond max_items={max_items}")
+            log.warning("causalmem: distiller answer: %s dropped", out.skipped[-1])
+            break
         item = _distilled_item(raw)
-        if item is None:
-            log.warning("causalmem: distiller item %d skipped (bad fields): %r", i, raw)
+        if isinstance(item, str):
+            out.skipped.append(f"item {i}: {item}")
+            log.warning("causalmem: distiller item %d skipped (%s): %.200r", i, item, raw)
             continue
-        items.append(item)
-    return items
+        out.append(item)
+    return out
 
 
 def _opt_str(raw: Mapping, key: str) -> tuple[bool, str | None]:
@@ -267,30 +331,52 @@ def _opt_str(raw: Mapping, key: str) -> tuple[bool, str | None]:
     return False, None
 
 
-def _distilled_item(raw: Any) -> DistilledItem | None:
+def _text_problem(name: str, value: str) -> str | None:
+    if len(value) > MAX_ITEM_CHARS:
+        return f"{name} longer than {MAX_ITEM_CHARS} characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"{name} is not valid Unicode text (lone surrogate)"
+    if "\x00" in value:
+        return f"{name} contains a NUL character"
+    return None
+
+
+def _distilled_item(raw: Any) -> DistilledItem | str:
+    """The item, or a short reason why it is not one."""
+    if isinstance(raw, DistilledItem):
+        raw = {"kind": raw.kind, "text": raw.text, "decision": raw.decision, "relation": raw.relation,
+               "supersedes": raw.supersedes, "task_tag": raw.task_tag}
     if not isinstance(raw, Mapping):
-        return None
+        return f"not an object ({type(raw).__name__})"
     kind = raw.get("kind")
     text = raw.get("text")
     if not isinstance(kind, str) or kind.strip().lower() not in DISTILLED_KINDS:
-        return None
+        return f"kind must be one of {', '.join(DISTILLED_KINDS)}"
     if not isinstance(text, str) or not text.strip():
-        return None
+        return "text must be a non-empty string"
     kind = kind.strip().lower()
     fields: dict[str, str | None] = {}
     for key in ("decision", "relation", "supersedes", "task_tag"):
         ok, v = _opt_str(raw, key)
         if not ok:
-            return None
+            return f"{key} must be a string or null"
         fields[key] = v
+    for key, value in (("text", text), *((k, v) for k, v in fields.items() if v is not None)):
+        problem = _text_problem(key, value)
+        if problem:
+            return problem
     if kind == "causal":
-        if not fields["decision"] or fields["decision"] == text.strip():
-            return None
+        if not fields["decision"]:
+            return "a causal item needs a decision"
+        if fields["decision"] == text.strip():
+            return "decision and outcome are the same text"
         if fields["relation"] is not None:
             from .types import Relation
 
             try:
                 Relation.parse(fields["relation"])
             except ValueError:
-                return None
+                return f"unknown relation {fields['relation'][:40]!r}"
     return DistilledItem(kind=kind, text=text.strip(), **fields)

@@ -121,12 +121,24 @@ def test_llm_judge_garbage_raises(llm):
 
 
 def test_llm_judge_timeout_raises(llm):
+    # timeout bounds the whole call: a stalled first attempt leaves no time for a retry
     llm.stall(1.5).stall(1.5)
     t0 = time.monotonic()
     with pytest.raises(LLMError, match="timed out"):
         _judge(llm, timeout=0.3, retries=1).decide(OLD, NEW, **TEXTS)
     assert time.monotonic() - t0 < 1.5
+    assert len(llm.requests) == 1
+
+
+def test_llm_judge_attempt_timeout_leaves_time_to_retry(llm):
+    llm.stall(1.5).stall(1.5)
+    t0 = time.monotonic()
+    with pytest.raises(LLMError, match="timed out"):
+        _judge(llm, timeout=3.0, attempt_timeout=0.3, retries=1).decide(OLD, NEW, **TEXTS)
+    assert time.monotonic() - t0 < 1.5
     assert len(llm.requests) == 2
+    llm.stall(1.5).reply('{"supersedes": true, "reasoning": "second try"}')
+    assert _judge(llm, timeout=3.0, attempt_timeout=0.3, retries=1).decide(OLD, NEW, **TEXTS).supersedes
 
 
 def test_llm_judge_retries_5xx_then_succeeds(llm):
