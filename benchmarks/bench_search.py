@@ -72,7 +72,7 @@ def test_search_default_with_reinforcement(benchmark, mem, qs):
 
 def test_baseline_rank_bm25(benchmark, qs):
     rank_bm25 = pytest.importorskip("rank_bm25")
-    from causalmem.lexical import tokenize
+    from causalmem.tokenizer import tokenize
 
     gen = S.TextGen(0)
     corpus = gen.texts(N // 2, "t") + gen.texts(N - N // 2, "d")

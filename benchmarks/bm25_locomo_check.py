@@ -13,7 +13,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from causalmem.lexical import ENGLISH_STOP_WORDS, BM25Index, Tokenizer
+from causalmem.lexical import BM25Index
+from causalmem.tokenizer import ENGLISH_STOP_WORDS, Tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from locomo_retrieval import normalise_evidence  # noqa: E402  (one evidence normaliser for both harnesses)

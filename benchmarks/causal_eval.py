@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from causalmem import Memory  # noqa: E402
-from causalmem.lexical import tokenize  # noqa: E402
+from causalmem.tokenizer import tokenize  # noqa: E402
 
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "causal-eval-dev"
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "causal_eval.md"

@@ -232,7 +232,7 @@ def bench_size(n: int, cache: Path, n_q: int, rebuild: bool) -> dict:
     if n <= 200_000:
         from rank_bm25 import BM25Okapi
 
-        from causalmem.lexical import tokenize
+        from causalmem.tokenizer import tokenize
 
         gen = TextGen(0)
         corpus = gen.texts(n // 2, "t") + gen.texts(n - n // 2, "d")

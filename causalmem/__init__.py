@@ -7,7 +7,19 @@ Public API (imported lazily so that ``import causalmem`` stays cheap)::
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover  (type checkers see every public name with its real type)
+    from ._kernels import HAVE_EXTENSION
+    from .config import CAUSAL, PEDSA, Config, SpreadParams
+    from .errors import CausalMemError, ConfigurationError, LLMError, SchemaVersionError, StoreError
+    from .graph import CausalGraph
+    from .judges import Distiller, Judge, LLMDistiller, LLMJudge, RuleJudge
+    from .memory import Memory
+    from .semantic import Embedder, SentenceTransformerEmbedder
+    from .spreading import CSR, spread
+    from .types import (Activation, Chunk, Edge, Hit, InterventionReport, PredictedOutcome, Relation,
+                        SleepReport)
 
 __version__ = "0.1.0"
 
@@ -31,6 +43,7 @@ _EXPORTS = {
     "CAUSAL": "causalmem.config",
     "PEDSA": "causalmem.config",
     # errors
+    "CausalMemError": "causalmem.errors",
     "SchemaVersionError": "causalmem.errors",
     "StoreError": "causalmem.errors",
     "LLMError": "causalmem.errors",
@@ -46,7 +59,14 @@ _EXPORTS = {
     "LLMDistiller": "causalmem.judges",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = [
+    "Activation", "CAUSAL", "CSR", "CausalGraph", "CausalMemError", "Chunk", "Config", "ConfigurationError",
+    "Distiller", "Edge", "Embedder", "HAVE_EXTENSION", "Hit", "InterventionReport", "Judge", "LLMDistiller",
+    "LLMError", "LLMJudge", "Memory", "PEDSA", "PredictedOutcome", "Relation", "RuleJudge",
+    "SchemaVersionError", "SentenceTransformerEmbedder", "SleepReport", "SpreadParams", "StoreError",
+    "spread", "__version__",
+]
+assert set(__all__) == set(_EXPORTS) | {"__version__"}
 
 
 def __getattr__(name: str) -> Any:

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
 from typing import Sequence
+
+from .config import default_db
 
 # The DevOps graph of SPEC §3 (decision, outcome, relation, confidence); tests import it from here.
 DEVOPS_EDGES = [
@@ -22,19 +23,6 @@ DEVOPS_EDGES = [
     ("enable caching", "faster response", "caused", 0.8),
     ("enable caching", "timeout errors", "prevented", 0.85),
 ]
-
-
-def default_db() -> str:
-    env = os.environ.get("CAUSALMEM_DB")
-    if env:
-        return env
-    try:
-        from platformdirs import user_data_dir
-
-        base = Path(user_data_dir("causalmem", appauthor=False))
-    except ImportError:  # pragma: no cover - platformdirs is a dependency
-        base = Path.home() / ".local" / "share" / "causalmem"
-    return str(base / "memory.db")
 
 
 def _open(args: argparse.Namespace):

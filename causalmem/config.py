@@ -1,7 +1,9 @@
 """Tunable constants of the engine (SPEC §2–§6), gathered in one frozen dataclass."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Mapping
 
 
@@ -65,7 +67,6 @@ class Config:
     max_top_k: int = 1000
     # SQLite
     busy_timeout_ms: int = 30000
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.rebuild_writes < 1:
@@ -75,5 +76,16 @@ class Config:
         if not 0.0 <= self.q_init <= 1.0:
             raise ValueError(f"q_init must be in [0, 1], got {self.q_init}")
 
-    def with_(self, **changes: Any) -> "Config":
-        return replace(self, **changes)
+
+def default_db() -> str:
+    """The database the CLI and the MCP server open by default: $CAUSALMEM_DB, else the user data dir."""
+    env = os.environ.get("CAUSALMEM_DB")
+    if env:
+        return env
+    try:
+        from platformdirs import user_data_dir
+
+        base = Path(user_data_dir("causalmem", appauthor=False))
+    except ImportError:  # pragma: no cover - platformdirs is a dependency
+        base = Path.home() / ".local" / "share" / "causalmem"
+    return str(base / "memory.db")

@@ -1,7 +1,7 @@
 """Learning rules (SPEC §5, §6 stage 3): Q-values, Hebbian co-occurrence, half-life decay.
 
 Pure functions of plain values or numpy arrays; the few SQL statements they need live in
-``store_learning.LearningStoreMixin``.
+the store backend (``store.base.StoreBackend``).
 
 Decay bookkeeping: an edge's age at a sleep is ``now − max(discovered_at, last_sleep_at)``,
 where ``last_sleep_at`` is the time of the previous committed sleep cycle (kept in the store's

@@ -14,6 +14,7 @@ import sys
 import threading
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
+from .config import default_db
 from .errors import CausalMemError
 
 SERVER_NAME = "causalmem"
@@ -154,8 +155,6 @@ def build_server(memory: Any) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .cli import default_db
-
     p = argparse.ArgumentParser(prog="causalmem-mcp",
                                 description="Serve a causalmem database to MCP clients over stdio.")
     p.add_argument("--db", default=None,
@@ -168,8 +167,6 @@ def build_parser() -> argparse.ArgumentParser:
 def serve(db: str | None = None, *, semantic: bool = False) -> int:
     """Serve the database ``db`` (default: ``causalmem.cli.default_db()``) on stdin/stdout until the client
     disconnects; returns the exit status. ``semantic`` loads the sentence-transformers embedder."""
-    from .cli import default_db
-
     try:
         import mcp.server.mcpserver  # noqa: F401
     except ImportError as exc:

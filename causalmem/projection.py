@@ -1,5 +1,4 @@
-"""The in-memory projection of the store: CSR graph with lazy rebuild and a write overlay,
-plus a columnar cache of chunk attributes used for scope filters and scoring (SPEC §2).
+"""The in-memory projection of the store: CSR graph with lazy rebuild and a write overlay (SPEC §2).
 
 Node index in every array = the chunk's integer key ``nid``. Edge keys = the edge's ``eid``;
 co-occurrence pairs get negative keys (they have no row id of their own).
@@ -9,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -78,7 +77,7 @@ class _Overlay:
 class Projection:
     """Lazily rebuilt CSR projection of the store's valid edges and co-occurrence pairs."""
 
-    def __init__(self, load: Callable[[], dict], config: Config, clock: Callable[[], float]):
+    def __init__(self, load: Callable[[], dict[str, Any]], config: Config, clock: Callable[[], float]):
         self._load = load
         self._config = config
         self._clock = clock
@@ -183,7 +182,7 @@ class Projection:
         return csr.spread(seed_nodes, seed_energy, extra=ex, **params)
 
 
-def build_graph(data: dict) -> CausalGraph:
+def build_graph(data: dict[str, Any]) -> CausalGraph:
     """CausalGraph over nid indices from the store's projection arrays."""
     edges = data["edges"]
     co = data["co"]
@@ -199,134 +198,3 @@ def build_graph(data: dict) -> CausalGraph:
     inh = np.concatenate([inhib, np.zeros(2 * len(co), dtype=bool)]).astype(np.uint8)
     keys = np.concatenate([edges["eid"], co_keys, co_keys - len(co)])
     return CausalGraph.from_arrays(max(n_nodes, 1), src, dst, val, inhibitory=inh, edge_keys=keys)
-
-
-class ChunkTable:
-    """Columnar cache of chunk attributes indexed by nid (scope masks, times, Q, importance)."""
-
-    _GROW = 1.5
-
-    def __init__(self) -> None:
-        self._cap = 0
-        self.n = 0
-        self.alive = np.zeros(0, bool)
-        self.created_at = np.zeros(0, np.float64)
-        self.event_time = np.zeros(0, np.float64)
-        self.q = np.zeros(0, np.float32)
-        self.importance = np.zeros(0, np.float32)
-        self.user = np.zeros(0, np.int32)
-        self.agent = np.zeros(0, np.int32)
-        self.run = np.zeros(0, np.int32)
-        self.session = np.zeros(0, np.int32)
-        self.kind = np.zeros(0, np.int8)
-        self._codes: dict[str, dict[str | None, int]] = {
-            "user": {None: 0}, "agent": {None: 0}, "run": {None: 0}, "session": {None: 0}, "kind": {}}
-        self._mask_cache: dict[tuple, np.ndarray] = {}
-        self.version = 0
-
-    def _ensure(self, size: int) -> None:
-        if size <= self._cap:
-            return
-        cap = max(size, int(self._cap * self._GROW) + 1024)
-        for name in ("alive", "created_at", "event_time", "q", "importance", "user", "agent", "run",
-                     "session", "kind"):
-            old = getattr(self, name)
-            new = np.zeros(cap, dtype=old.dtype)
-            if name == "event_time":
-                new[:] = np.nan
-            new[: len(old)] = old
-            setattr(self, name, new)
-        self._cap = cap
-
-    def code(self, column: str, value: str | None, *, create: bool = False) -> int | None:
-        table = self._codes[column]
-        c = table.get(value)
-        if c is None and create:
-            c = len(table) + (0 if column == "kind" else 0)
-            table[value] = c
-        return c
-
-    def set(self, nid: int, *, kind: str, created_at: float, event_time: float | None, q: float,
-            importance: float, user_id, agent_id, run_id, session_id, alive: bool = True) -> None:
-        self._ensure(nid + 1)
-        self.n = max(self.n, nid + 1)
-        self.alive[nid] = alive
-        self.created_at[nid] = created_at
-        self.event_time[nid] = np.nan if event_time is None else event_time
-        self.q[nid] = q
-        self.importance[nid] = importance
-        self.user[nid] = self.code("user", user_id, create=True)
-        self.agent[nid] = self.code("agent", agent_id, create=True)
-        self.run[nid] = self.code("run", run_id, create=True)
-        self.session[nid] = self.code("session", session_id, create=True)
-        self.kind[nid] = self.code("kind", kind, create=True)
-        self._changed()
-
-    def load(self, rows: list[tuple]) -> None:
-        """Bulk fill from (nid, kind, created, event, q, importance, user, agent, run, session, alive) rows."""
-        if not rows:
-            return
-        cols = list(zip(*rows))
-        nids = np.asarray(cols[0], dtype=np.int64)
-        self._ensure(int(nids.max()) + 1)
-        self.n = max(self.n, int(nids.max()) + 1)
-        self.created_at[nids] = np.asarray(cols[2], dtype=np.float64)
-        self.event_time[nids] = np.asarray([np.nan if v is None else v for v in cols[3]], dtype=np.float64)
-        self.q[nids] = np.asarray(cols[4], dtype=np.float32)
-        self.importance[nids] = np.asarray(cols[5], dtype=np.float32)
-        self.alive[nids] = np.asarray(cols[10], dtype=bool)
-        for column, values in (("kind", cols[1]), ("user", cols[6]), ("agent", cols[7]), ("run", cols[8]),
-                               ("session", cols[9])):
-            table = self._codes[column]
-            for v in set(values) - table.keys():
-                table[v] = len(table)
-            getattr(self, column)[nids] = np.fromiter((table[v] for v in values), dtype=np.int64, count=len(values))
-        self._changed()
-
-    def kill(self, nid: int) -> None:
-        if nid < self.n:
-            self.alive[nid] = False
-            self._changed()
-
-    def _changed(self) -> None:
-        self.version += 1
-        if self._mask_cache:
-            self._mask_cache.clear()
-
-    def kind_name(self, nid: int) -> str:
-        code = int(self.kind[nid])
-        for name, c in self._codes["kind"].items():
-            if c == code:
-                return name
-        return "turn"
-
-    def scope_mask(self, *, user_id=None, agent_id=None, run_id=None, session_id=None,
-                   since: float | None = None, until: float | None = None,
-                   kinds: tuple[str, ...] | None = None) -> np.ndarray:
-        """Boolean mask over nids of live chunks matching every given filter (``None`` = any)."""
-        key = (user_id, agent_id, run_id, session_id, since, until, kinds)
-        cached = self._mask_cache.get(key)
-        if cached is not None:
-            return cached
-        mask = self.alive[: self.n].copy()
-        for column, value in (("user", user_id), ("agent", agent_id), ("run", run_id), ("session", session_id)):
-            if value is None:
-                continue
-            c = self.code(column, value)
-            if c is None:
-                mask[:] = False
-                break
-            mask &= getattr(self, column)[: self.n] == c
-        if since is not None or until is not None:
-            t = np.where(np.isnan(self.event_time[: self.n]), self.created_at[: self.n], self.event_time[: self.n])
-            if since is not None:
-                mask &= t >= since
-            if until is not None:
-                mask &= t <= until
-        if kinds is not None:
-            codes = [self.code("kind", k) for k in kinds]
-            mask &= np.isin(self.kind[: self.n], [c for c in codes if c is not None])
-        if len(self._mask_cache) > 64:
-            self._mask_cache.clear()
-        self._mask_cache[key] = mask
-        return mask

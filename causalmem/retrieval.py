@@ -1,20 +1,21 @@
 """Hybrid retrieval (SPEC §4): lexical BM25 + semantic cosine + graph spreading, fused.
 
-``search(mem, query, ...)`` is what ``Memory.search`` calls. Every channel works inside the
+``search(views, query, ...)`` is what ``Memory.search`` calls (``views.Views``: the store, the
+in-memory indexes and the write protocol; never a ``Memory``). Every channel works inside the
 caller's scope mask, so no channel — not even the graph — can surface another scope's chunk.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from . import learning
+from .config import Config
 from .types import Hit, to_timestamp
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .memory import Memory
+from .views import Views
 
 CHANNELS = ("lexical", "semantic", "graph")
 FUSIONS = ("auto", "rrf", "hybrid", "blend")
@@ -52,7 +53,7 @@ class RetrievalParams:
 PARAMS = RetrievalParams()
 
 
-def _params_for(config) -> RetrievalParams:
+def _params_for(config: Config) -> RetrievalParams:
     """PARAMS with the retrieval knobs that live in ``Config`` (rrf_k, lexical_weight) applied."""
     rrf_k = getattr(config, "rrf_k", PARAMS.rrf_k)
     w_lex = getattr(config, "lexical_weight", PARAMS.w_lex)
@@ -97,11 +98,11 @@ def _scope(user_id, agent_id, run_id, filters: Mapping[str, Any] | None) -> dict
     return scope
 
 
-def search(mem: "Memory", query: Any, *, top_k: int = 10, user_id=None, agent_id=None, run_id=None,
+def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=None, run_id=None,
            filters: Mapping[str, Any] | None = None, since=None, until=None,
            channels: Sequence[str] = CHANNELS, fusion: str = "auto", explain: bool = False,
            reinforce: bool = True, params: RetrievalParams | None = None) -> list[Hit]:
-    chans = _check_args(query, top_k, channels, fusion, mem.config.max_top_k)
+    chans = _check_args(query, top_k, channels, fusion, views.config.max_top_k)
     scope = _scope(user_id, agent_id, run_id, filters)
     t_since = to_timestamp(since, name="since")
     t_until = to_timestamp(until, name="until")
@@ -109,15 +110,15 @@ def search(mem: "Memory", query: Any, *, top_k: int = 10, user_id=None, agent_id
         raise ValueError(f"since ({t_since}) is after until ({t_until})")
     if not query.strip():
         return []
-    p = params or _params_for(mem.config)
+    p = params or _params_for(views.config)
     fusion = DEFAULT_FUSION if fusion == "auto" else fusion
     top_k = int(top_k)
     depth = max(p.candidates, 2 * top_k)
     qvec = None
-    if "semantic" in chans and mem.embedder is not None:
-        qvec = mem._encode([query])  # outside the lock: encoding is the slow part
-    with mem._lock:
-        table, lexical = mem._tables()
+    if "semantic" in chans and views.embedder is not None:
+        qvec = views.encode([query])  # outside the lock: encoding is the slow part
+    with views.lock:
+        table, lexical = views.tables()
         mask = table.scope_mask(**scope, since=t_since, until=t_until)
         # -- channels -------------------------------------------------------------
         lex_ids = np.empty(0, np.int64)
@@ -127,7 +128,7 @@ def search(mem: "Memory", query: Any, *, top_k: int = 10, user_id=None, agent_id
         vec_ids = np.empty(0, np.int64)
         vec_sc = np.empty(0, np.float32)
         if qvec is not None:
-            vindex = mem._vector_index()
+            vindex = views.vector_index()
             if vindex is not None and len(vindex):
                 vec_ids, vec_sc = vindex.search(qvec[0], top_k=depth, allowed=mask)
         lex_max = float(lex_sc[0]) if len(lex_sc) else 1.0
@@ -138,7 +139,7 @@ def search(mem: "Memory", query: Any, *, top_k: int = 10, user_id=None, agent_id
         act: dict[int, float] = {}
         seeds: dict[int, float] = {}
         if fusion == "blend":
-            nids, scores, seeds, act = _blend(mem, table, mask, chans, qvec, lex_ids, lex_sc.astype(np.float64) / lex_max,
+            nids, scores, seeds, act = _blend(views, table, mask, chans, qvec, lex_ids, lex_sc.astype(np.float64) / lex_max,
                                               cos, vec_ids, vec_sc, p)
             if not len(nids):
                 return []
@@ -148,7 +149,7 @@ def search(mem: "Memory", query: Any, *, top_k: int = 10, user_id=None, agent_id
                     for i in ids:
                         i = int(i)
                         seeds[i] = max(seeds.get(i, 0.0), sig[i])
-                act = _graph_channel(mem, table, seeds, mask)
+                act = _graph_channel(views, table, seeds, mask)
             # -- rank / score fusion ----------------------------------------------------
             cand = set(lex_norm) | set(cos) | set(act)
             if not cand:
@@ -158,12 +159,12 @@ def search(mem: "Memory", query: Any, *, top_k: int = 10, user_id=None, agent_id
                 scores = _rrf(nids, lex_rank, vec_rank, act, p.rrf_k)
             else:
                 if qvec is not None:
-                    _fill_cosines(mem, qvec[0], nids, cos)
+                    _fill_cosines(views, qvec[0], nids, cos)
                 scores = _hybrid(nids, lex_norm if "lexical" in chans else None, cos if qvec is not None else None,
-                                 act if "graph" in chans else None, table, mem.now(), p)
+                                 act if "graph" in chans else None, table, views.now(), p)
         order = np.lexsort((nids, -scores))
         pre = nids[order[: top_k * 3]]
-        sup = mem._store.superseded_chunks(pre.tolist())
+        sup = views.store.superseded_chunks(pre.tolist())
         if sup:
             pos = {int(n): k for k, n in enumerate(nids)}
             for n in sup:
@@ -171,12 +172,12 @@ def search(mem: "Memory", query: Any, *, top_k: int = 10, user_id=None, agent_id
             order = np.lexsort((nids, -scores))
         chosen = [int(n) for n in nids[order[:top_k]]]
         chosen_scores = {int(n): float(s) for n, s in zip(nids[order[:top_k]], scores[order[:top_k]])}
-        rows = mem._store.chunk_rows_by_nid(chosen)
-        paths = _paths(mem, chosen, seeds, act) if explain else {}
+        rows = views.store.chunk_rows_by_nid(chosen)
+        paths = _paths(views, chosen, seeds, act) if explain else {}
         hits = []
         for n in chosen:
             row = rows.get(n)
-            if row is None or row[15] is not None:
+            if row is None or row.valid_to is not None:
                 continue
             signals = None
             if explain:
@@ -186,23 +187,23 @@ def search(mem: "Memory", query: Any, *, top_k: int = 10, user_id=None, agent_id
                     float(lex_sc[lex_rank[n]]),
                     "cosine_rank": vec_rank.get(n), "cosine": cos.get(n),
                     "activation": act.get(n), "seed_energy": seeds.get(n),
-                    "q_value": row[4], "importance": row[5],
+                    "q_value": row.q_value, "importance": row.importance,
                     "path": paths.get(n, []),
                     "superseded_by": sup.get(n),
                 }
-            hits.append(Hit(id=row[1], text=row[2], score=chosen_scores[n], kind=row[3], created_at=row[6],
-                            event_time=row[7], user_id=row[8], agent_id=row[9], run_id=row[10],
-                            session_id=row[11], superseded_by=sup.get(n), signals=signals))
+            hits.append(Hit(id=row.id, text=row.text, score=chosen_scores[n], kind=row.kind, created_at=row.created_at,
+                            event_time=row.event_time, user_id=row.user_id, agent_id=row.agent_id, run_id=row.run_id,
+                            session_id=row.session_id, superseded_by=sup.get(n), signals=signals))
         if reinforce and hits:
-            _reinforce(mem, [n for n in chosen if n in rows])
+            _reinforce(views, [n for n in chosen if n in rows])
         return hits
 
 
-def _fill_cosines(mem: "Memory", qv: np.ndarray, nids, cos: dict[int, float]) -> None:
+def _fill_cosines(views: Views, qv: np.ndarray, nids, cos: dict[int, float]) -> None:
     """Exact cosines for candidates the semantic channel did not return itself."""
     missing = [int(n) for n in nids if int(n) not in cos]
-    if missing and mem._vectors is not None:
-        got = mem._vectors.cosine(qv, np.asarray(missing, dtype=np.int64))
+    if missing and views.vectors is not None:
+        got = views.vectors.cosine(qv, np.asarray(missing, dtype=np.int64))
         if isinstance(got, Mapping):
             cos.update(got)
         else:  # array aligned with ``missing``, NaN = no vector
@@ -219,7 +220,7 @@ def _lookup(keys: np.ndarray, vals: np.ndarray, ids: np.ndarray, default: float 
     return out
 
 
-def _blend(mem: "Memory", table, mask: np.ndarray, chans: tuple[str, ...], qvec, lex_ids: np.ndarray,
+def _blend(views: Views, table, mask: np.ndarray, chans: tuple[str, ...], qvec, lex_ids: np.ndarray,
            lex_norm: np.ndarray, cos: dict[int, float], vec_ids: np.ndarray, vec_sc: np.ndarray,
            p: RetrievalParams):
     """Score-level fusion ("blend", the default).
@@ -245,7 +246,7 @@ def _blend(mem: "Memory", table, mask: np.ndarray, chans: tuple[str, ...], qvec,
     def base_of(ids: np.ndarray) -> np.ndarray:
         out = a * _lookup(lex_keys, lex_vals, ids) if use_lex else np.zeros(len(ids))
         if use_vec:
-            _fill_cosines(mem, qvec[0], ids, cos)
+            _fill_cosines(views, qvec[0], ids, cos)
             out += b * np.fromiter((cos.get(i, 0.0) for i in ids.tolist()), np.float64, len(ids))
         return out / den
 
@@ -261,7 +262,7 @@ def _blend(mem: "Memory", table, mask: np.ndarray, chans: tuple[str, ...], qvec,
         top = top[energy[top] > 0]
         if len(top):
             seeds = dict(zip(nids[top].tolist(), energy[top].tolist()))
-            g_ids, g_val = _graph_bonus(mem, table, nids[top], energy[top], mask, p)
+            g_ids, g_val = _graph_bonus(views, table, nids[top], energy[top], mask, p)
             if len(g_ids):
                 act = dict(zip(g_ids.tolist(), g_val.tolist()))
                 new = np.setdiff1d(g_ids, nids, assume_unique=True)
@@ -287,7 +288,7 @@ def _degrees(parts: Sequence[Any], nodes: np.ndarray) -> np.ndarray:
     return deg
 
 
-def _graph_bonus(mem: "Memory", table, seed_ids: np.ndarray, seed_energy: np.ndarray, mask: np.ndarray,
+def _graph_bonus(views: Views, table, seed_ids: np.ndarray, seed_energy: np.ndarray, mask: np.ndarray,
                  p: RetrievalParams) -> tuple[np.ndarray, np.ndarray]:
     """What the seeds send each node over the graph (PEDSA with teleport), in seed-score units.
 
@@ -302,9 +303,9 @@ def _graph_bonus(mem: "Memory", table, seed_ids: np.ndarray, seed_energy: np.nda
     (LoCoMo-dev with reinforcement on: recall@10 0.26 without, 0.72 with).
     """
     e_max = float(seed_energy.max())
-    graph, extra = mem._projection.current()
+    graph, extra = views.projection.current()
     parts = [graph.forward, graph.reverse] + (list(extra) if extra is not None else [])
-    kw = mem.config.pedsa.as_kwargs()
+    kw = views.config.pedsa.as_kwargs()
     hi = float(kw.get("hi", 1.0))
     # Energies scaled so the best seed starts at the clamp ceiling: weak seeds stay above the
     # kernel's activation threshold after a temporal hop.
@@ -319,7 +320,7 @@ def _graph_bonus(mem: "Memory", table, seed_ids: np.ndarray, seed_energy: np.nda
             if not sel.any():
                 continue
             idx = seed_ids[sel]
-            nodes, en = mem._projection.spread(idx, energy[sel], reverse=reverse, params=kw)
+            nodes, en = views.projection.spread(idx, energy[sel], reverse=reverse, params=kw)
             nodes = nodes.astype(np.int64)
             keep = (nodes < len(mask)) & ~np.isin(nodes, idx)
             keep[keep] = mask[nodes[keep]]
@@ -336,15 +337,15 @@ def _graph_bonus(mem: "Memory", table, seed_ids: np.ndarray, seed_energy: np.nda
     return keys, np.clip(val, -p.graph_cap * e_max, p.graph_cap * e_max)
 
 
-def _graph_channel(mem: "Memory", table, seeds: dict[int, float], mask: np.ndarray) -> dict[int, float]:
+def _graph_channel(views: Views, table, seeds: dict[int, float], mask: np.ndarray) -> dict[int, float]:
     """PEDSA spreading (with teleport) both ways from the seeds; activation by absolute max."""
     idx = np.fromiter(seeds, dtype=np.int64, count=len(seeds))
     energy = np.fromiter(seeds.values(), dtype=np.float32, count=len(seeds))
     energy = energy * (0.5 + 0.5 * table.q[idx])
-    params = mem.config.pedsa.as_kwargs()
+    params = views.config.pedsa.as_kwargs()
     out: dict[int, float] = {}
     for reverse in (False, True):
-        nodes, en = mem._projection.spread(idx, energy.astype(np.float32), reverse=reverse, params=params)
+        nodes, en = views.projection.spread(idx, energy.astype(np.float32), reverse=reverse, params=params)
         for n, e in zip(nodes.tolist(), en.tolist()):
             if n < len(mask) and mask[n] and abs(e) > abs(out.get(n, 0.0)):
                 out[n] = e
@@ -399,7 +400,7 @@ def _hybrid(nids: np.ndarray, lex: dict | None, cos: dict | None, act: dict | No
     return num / den * decay
 
 
-def _paths(mem: "Memory", chosen: list[int], seeds: dict[int, float], act: dict[int, float]) -> dict[int, list]:
+def _paths(views: Views, chosen: list[int], seeds: dict[int, float], act: dict[int, float]) -> dict[int, list]:
     """For hits the graph brought in: the edge from a seed (or a one-hop chain) that reached them."""
     out: dict[int, list] = {}
     if not seeds:
@@ -407,21 +408,11 @@ def _paths(mem: "Memory", chosen: list[int], seeds: dict[int, float], act: dict[
     targets = [n for n in chosen if n in act and n not in seeds]
     if not targets:
         return out
-    tq = ",".join("?" * len(targets))
-    sq = ",".join("?" * len(seeds))
-    rows = mem._store.query(
-        f"SELECT e.src, e.dst, e.relation, e.confidence, e.id, s.id, d.id FROM edges e "
-        f"JOIN chunks s ON s.nid = e.src JOIN chunks d ON d.nid = e.dst WHERE e.valid_to IS NULL AND "
-        f"((e.src IN ({sq}) AND e.dst IN ({tq})) OR (e.dst IN ({sq}) AND e.src IN ({tq})))",
-        list(seeds) + targets + list(seeds) + targets)
-    for src, dst, rel, conf, eid, sid, did in rows:
-        target = dst if dst in targets and src in seeds else src
+    for e in views.store.edges_between(list(seeds), targets):
+        target = e.dst if e.dst in targets and e.src in seeds else e.src
         out.setdefault(target, []).append(
-            {"edge": eid, "from": sid, "to": did, "relation": rel, "confidence": conf})
-    co = mem._store.query(
-        f"SELECT a, b, weight FROM cooccurrence WHERE (a IN ({sq}) AND b IN ({tq})) OR (b IN ({sq}) AND a IN ({tq}))",
-        list(seeds) + targets + list(seeds) + targets)
-    for a, b, w in co:
+            {"edge": e.id, "from": e.src_id, "to": e.dst_id, "relation": e.relation, "confidence": e.confidence})
+    for a, b, w in views.store.cooccurrence_between(list(seeds), targets):
         target = b if b in targets and a in seeds else a
         other = a if target == b else b
         out.setdefault(target, []).append({"edge": None, "from_nid": other, "relation": "co_occurrence",
@@ -429,24 +420,10 @@ def _paths(mem: "Memory", chosen: list[int], seeds: dict[int, float], act: dict[
     return out
 
 
-def _reinforce(mem: "Memory", nids: list[int]) -> None:
+def _reinforce(views: Views, nids: list[int]) -> None:
     """Access reinforcement + Hebbian credit for what one search returned (one transaction)."""
-    try:
-        from . import learning
-    except ImportError:  # learning loop not installed yet: access reinforcement only
-        learning = None
-
-    now = mem.now()
-    with mem._write() as fx:
-        mem._store.touch_chunks(nids, now)
-        pairs = learning.hebbian_credit(mem._store, nids, now, mem.config) if learning is not None else []
-
-        def apply() -> None:
-            table = mem._chunks
-            if table is not None:
-                idx = np.asarray([n for n in nids if n < table.n], dtype=np.int64)
-                table.importance[idx] = np.minimum(10.0, table.importance[idx] + 0.1)
-            if pairs:
-                mem._projection.learning_change()
-
-        fx.append(apply)
+    now = views.now()
+    with views.write() as fx:
+        views.store.touch_chunks(nids, now)
+        pairs = learning.hebbian_credit(views.store, nids, now, views.config)
+        views.accessed(fx, nids, learned_links=bool(pairs))

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from causalmem.lexical import BM25Index, Tokenizer, tokenize
+from causalmem.lexical import BM25Index
+from causalmem.tokenizer import Tokenizer, tokenize
 
 rank_bm25 = pytest.importorskip("rank_bm25")
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from causalmem import consolidation
-from causalmem.lexical import tokenize
+from causalmem.tokenizer import tokenize
 from causalmem.memory import Memory
 from causalmem.store import text_hash
 from causalmem.types import Relation

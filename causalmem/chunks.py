@@ -1,0 +1,132 @@
+"""The chunk table: a columnar cache of chunk attributes indexed by nid (scope masks, times, Q,
+importance), the in-memory view the retrieval and causal pipelines filter and score with."""
+from __future__ import annotations
+
+import numpy as np
+
+from .store.base import ChunkColumns
+
+__all__ = ["ChunkTable"]
+
+
+class ChunkTable:
+    """Columnar cache of chunk attributes indexed by nid (scope masks, times, Q, importance)."""
+
+    _GROW = 1.5
+
+    def __init__(self) -> None:
+        self._cap = 0
+        self.n = 0
+        self.alive = np.zeros(0, bool)
+        self.created_at = np.zeros(0, np.float64)
+        self.event_time = np.zeros(0, np.float64)
+        self.q = np.zeros(0, np.float32)
+        self.importance = np.zeros(0, np.float32)
+        self.user = np.zeros(0, np.int32)
+        self.agent = np.zeros(0, np.int32)
+        self.run = np.zeros(0, np.int32)
+        self.session = np.zeros(0, np.int32)
+        self.kind = np.zeros(0, np.int8)
+        self._codes: dict[str, dict[str | None, int]] = {
+            "user": {None: 0}, "agent": {None: 0}, "run": {None: 0}, "session": {None: 0}, "kind": {}}
+        self._mask_cache: dict[tuple, np.ndarray] = {}
+        self.version = 0
+
+    def _ensure(self, size: int) -> None:
+        if size <= self._cap:
+            return
+        cap = max(size, int(self._cap * self._GROW) + 1024)
+        for name in ("alive", "created_at", "event_time", "q", "importance", "user", "agent", "run",
+                     "session", "kind"):
+            old = getattr(self, name)
+            new = np.zeros(cap, dtype=old.dtype)
+            if name == "event_time":
+                new[:] = np.nan
+            new[: len(old)] = old
+            setattr(self, name, new)
+        self._cap = cap
+
+    def code(self, column: str, value: str | None, *, create: bool = False) -> int | None:
+        table = self._codes[column]
+        c = table.get(value)
+        if c is None and create:
+            c = len(table) + (0 if column == "kind" else 0)
+            table[value] = c
+        return c
+
+    def set(self, nid: int, *, kind: str, created_at: float, event_time: float | None, q: float,
+            importance: float, user_id, agent_id, run_id, session_id, alive: bool = True) -> None:
+        self._ensure(nid + 1)
+        self.n = max(self.n, nid + 1)
+        self.alive[nid] = alive
+        self.created_at[nid] = created_at
+        self.event_time[nid] = np.nan if event_time is None else event_time
+        self.q[nid] = q
+        self.importance[nid] = importance
+        self.user[nid] = self.code("user", user_id, create=True)
+        self.agent[nid] = self.code("agent", agent_id, create=True)
+        self.run[nid] = self.code("run", run_id, create=True)
+        self.session[nid] = self.code("session", session_id, create=True)
+        self.kind[nid] = self.code("kind", kind, create=True)
+        self._changed()
+
+    def load(self, cols: ChunkColumns) -> None:
+        """Bulk fill from one column batch of the store."""
+        if not cols.nid:
+            return
+        nids = np.asarray(cols.nid, dtype=np.int64)
+        self._ensure(int(nids.max()) + 1)
+        self.n = max(self.n, int(nids.max()) + 1)
+        self.created_at[nids] = np.asarray(cols.created_at, dtype=np.float64)
+        self.event_time[nids] = np.asarray([np.nan if v is None else v for v in cols.event_time], dtype=np.float64)
+        self.q[nids] = np.asarray(cols.q_value, dtype=np.float32)
+        self.importance[nids] = np.asarray(cols.importance, dtype=np.float32)
+        self.alive[nids] = np.asarray(cols.alive, dtype=bool)
+        for column, values in (("kind", cols.kind), ("user", cols.user_id), ("agent", cols.agent_id),
+                               ("run", cols.run_id), ("session", cols.session_id)):
+            table = self._codes[column]
+            for v in set(values) - table.keys():
+                table[v] = len(table)
+            getattr(self, column)[nids] = np.fromiter((table[v] for v in values), dtype=np.int64, count=len(values))
+        self._changed()
+
+    def kill(self, nid: int) -> None:
+        if nid < self.n:
+            self.alive[nid] = False
+            self._changed()
+
+    def _changed(self) -> None:
+        self.version += 1
+        if self._mask_cache:
+            self._mask_cache.clear()
+
+    def scope_mask(self, *, user_id=None, agent_id=None, run_id=None, session_id=None,
+                   since: float | None = None, until: float | None = None,
+                   kinds: tuple[str, ...] | None = None) -> np.ndarray:
+        """Boolean mask over nids of live chunks matching every given filter (``None`` = any)."""
+        key = (user_id, agent_id, run_id, session_id, since, until, kinds)
+        cached = self._mask_cache.get(key)
+        if cached is not None:
+            return cached
+        mask = self.alive[: self.n].copy()
+        for column, value in (("user", user_id), ("agent", agent_id), ("run", run_id), ("session", session_id)):
+            if value is None:
+                continue
+            c = self.code(column, value)
+            if c is None:
+                mask[:] = False
+                break
+            mask &= getattr(self, column)[: self.n] == c
+        if since is not None or until is not None:
+            t = np.where(np.isnan(self.event_time[: self.n]), self.created_at[: self.n], self.event_time[: self.n])
+            if since is not None:
+                mask &= t >= since
+            if until is not None:
+                mask &= t <= until
+        if kinds is not None:
+            codes = [self.code("kind", k) for k in kinds]
+            mask &= np.isin(self.kind[: self.n], [c for c in codes if c is not None])
+        if len(self._mask_cache) > 64:
+            self._mask_cache.clear()
+        self._mask_cache[key] = mask
+        return mask

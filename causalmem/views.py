@@ -1,0 +1,325 @@
+"""The in-process views of one store, kept in step with it after every commit.
+
+``Views`` owns what the pipelines read instead of SQL: the CSR projection (with its write
+overlay), the chunk table (scope masks, Q, times), the BM25 index and the vector index, plus the
+embedder that fills the vectors. It is also the narrow interface the pipelines receive (never a
+``Memory``): ``store``, ``config``, ``lock``, ``now()``, ``tables()``, ``vector_index()``,
+``encode()`` and ``write()``.
+
+Write protocol: ``with views.write() as fx:`` opens one store transaction (nested writes become
+savepoints) under the in-process lock; pipelines append *after-commit effects* to ``fx`` through
+the ``*_added``/``*_deleted``/... helpers below; they run only once the outermost transaction
+committed, so a rolled-back write never leaves an index ahead of the store. Another process's
+commit (``PRAGMA data_version``) is noticed at the next read or write and patched in by difference.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
+
+import numpy as np
+
+from .chunks import ChunkTable
+from .config import Config
+from .lexical import BM25Index
+from .projection import Projection
+from .semantic import Embedder, VectorIndex, blob_to_vector, resolve_embedder, vector_to_blob
+from .store.base import EmbeddingRow, StoreBackend, text_hash
+from .types import Relation
+
+__all__ = ["Views", "NewChunk", "Effects", "Scope"]
+
+#: after-commit callbacks of one write
+Effects = list[Callable[[], None]]
+#: (user_id, agent_id, run_id)
+Scope = tuple[str | None, str | None, str | None]
+
+
+class NewChunk(NamedTuple):
+    """A chunk just inserted, as the in-memory views need it."""
+
+    nid: int
+    text: str
+    kind: str
+    created_at: float
+    event_time: float | None
+    q: float
+    scope: Scope
+    session_id: str | None = None
+
+
+class NewEdge(NamedTuple):
+    eid: int
+    src: int
+    dst: int
+    relation: Relation
+    confidence: float
+
+
+class Views:
+    """Projection, chunk table, BM25 and vector index of one store, and the write protocol."""
+
+    def __init__(self, store: StoreBackend, config: Config, clock: Callable[[], float] | None = None, *,
+                 embedder: Any = "auto", lock: threading.RLock | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.clock: Callable[[], float] = clock or time.time
+        self.lock = lock if lock is not None else threading.RLock()
+        self.projection = Projection(store.projection_arrays, config, self.clock)
+        self.chunks: ChunkTable | None = None
+        self.lexical: BM25Index | None = None
+        self.vectors: VectorIndex | None = None
+        self._embedder_spec = embedder
+        self._embedder: Embedder | None = None
+        self._embedder_resolved = embedder is None
+        self._effects: Effects | None = None
+        self._data_version = store.data_version()
+        self._updates_seen = store.last_update_event()
+
+    def now(self) -> float:
+        return float(self.clock())
+
+    # ------------------------------------------------------------------ embedder
+    @property
+    def embedder(self) -> Embedder | None:
+        """The resolved embedder (``None`` when the semantic channel is off)."""
+        if not self._embedder_resolved:
+            self._embedder = resolve_embedder(self._embedder_spec)
+            self._embedder_resolved = True
+        return self._embedder
+
+    @property
+    def embedder_name(self) -> str | None:
+        """Model name of the embedder if it was already resolved (never loads a model)."""
+        return None if self._embedder is None else self._embedder.model_name
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray | None:
+        emb = self.embedder
+        if emb is None or not texts:
+            return None
+        return np.asarray(emb.encode(list(texts)), dtype=np.float32)
+
+    def vectors_for(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """text -> vector (empty without an embedder); call outside the lock: encoding is slow."""
+        vecs = self.encode(texts)
+        return {} if vecs is None else dict(zip(texts, vecs))
+
+    def store_vectors(self, items: Sequence[tuple[int, str, np.ndarray]]) -> None:
+        """Persist (nid, text, vector) rows for the current embedder, in the caller's transaction."""
+        emb = self.embedder
+        if emb is None or not items:
+            return
+        self.store.put_embeddings(EmbeddingRow(nid, emb.model_name, emb.dim, text_hash(t), vector_to_blob(v))
+                                  for nid, t, v in items)
+
+    def embed_and_store(self, items: Sequence[tuple[int, str]]) -> None:
+        vecs = self.encode([t for _, t in items])
+        if vecs is None:
+            return
+        with self.store.transaction():
+            self.store_vectors([(nid, t, v) for (nid, t), v in zip(items, vecs)])
+
+    def reembed(self, model_name: str) -> int:
+        """Vectors for every chunk whose text or model changed; returns how many."""
+        with self.lock:
+            missing = self.store.chunks_missing_embedding(model_name)
+            for i in range(0, len(missing), 256):
+                self.embed_and_store(missing[i:i + 256])
+            self.vectors = None
+            return len(missing)
+
+    # ------------------------------------------------------------------ reads
+    def tables(self) -> tuple[ChunkTable, BM25Index]:
+        """Chunk columns and the BM25 index, built from the store on first use."""
+        self.sync_external()
+        if self.chunks is None or self.lexical is None:
+            self._updates_seen = self.store.last_update_event()
+            table = ChunkTable()
+            index = BM25Index()
+            for cols in self.store.chunk_columns():
+                table.load(cols)
+                assert cols.text is not None
+                index.add_many([(n, t) for n, t, a in zip(cols.nid, cols.text, cols.alive) if a])
+            self.chunks, self.lexical = table, index
+        return self.chunks, self.lexical
+
+    def vector_index(self) -> VectorIndex | None:
+        emb = self.embedder
+        if emb is None:
+            return None
+        self.sync_external()
+        if self.vectors is None:
+            missing = self.store.chunks_missing_embedding(emb.model_name)
+            if missing:
+                self.embed_and_store(missing)
+            index = VectorIndex(emb.dim)
+            ids, vecs = [], []
+            for row in self.store.embeddings_for(emb.model_name):
+                ids.append(row.nid)
+                vecs.append(blob_to_vector(row.vector, emb.dim))
+            if ids:
+                index.add(np.asarray(ids, dtype=np.int64), np.vstack(vecs))
+            self.vectors = index
+        return self.vectors
+
+    # ------------------------------------------------------------------ the write protocol
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Effects]:
+        """One public write = one transaction; in-memory effects apply only after commit."""
+        with self.lock:
+            outer = self._effects is None
+            if outer:
+                self.sync_external()
+                self._effects = []
+            effects = self._effects
+            assert effects is not None
+            try:
+                with self.store.transaction():
+                    yield effects
+            except BaseException:
+                if outer:
+                    self._effects = None
+                raise
+            if outer:
+                self._effects = None
+                for fx in effects:
+                    fx()
+                self._data_version = self.store.data_version()
+
+    def sync_external(self) -> None:
+        """Another connection committed: bring the views up to date with the store."""
+        dv = self.store.data_version()
+        if dv != self._data_version:
+            self._data_version = dv
+            self.resync()
+
+    def after_bulk_change(self) -> None:
+        """The store changed under this process's own hand outside ``write()`` (a sleep cycle)."""
+        self.resync()
+        self._data_version = self.store.data_version()
+
+    def resync(self) -> None:
+        """Re-read chunk columns and patch the text indexes by difference (new, deleted chunks).
+
+        A text *changed* elsewhere (an ``update`` event we did not make) rebuilds them instead."""
+        self.projection.mark_stale()
+        if self.chunks is None or self.lexical is None:
+            self.chunks = self.lexical = self.vectors = None
+            return
+        if self.store.last_update_event() != self._updates_seen:
+            self.chunks = self.lexical = self.vectors = None
+            return
+        table = ChunkTable()
+        lexical = self.lexical
+        for cols in self.store.chunk_columns(with_text=False):
+            table.load(cols)
+        alive = np.flatnonzero(table.alive[: table.n])
+        indexed = lexical.doc_ids()
+        gone = np.setdiff1d(indexed, alive, assume_unique=True)
+        fresh = np.setdiff1d(alive, indexed, assume_unique=True)
+        for nid in gone.tolist():
+            lexical.remove(nid)
+        if len(fresh):
+            lexical.add_many(self.store.texts_of(fresh.tolist()))
+        if self.vectors is not None:
+            vids = self.vectors.ids()
+            for nid in np.setdiff1d(vids, alive).tolist():
+                self.vectors.remove(nid)
+            want = np.setdiff1d(alive, vids).tolist()
+            emb = self.embedder
+            if want and emb is not None:
+                got = self.store.embeddings_of(want, emb.model_name)
+                if got:
+                    self.vectors.add(np.asarray([g[0] for g in got], dtype=np.int64),
+                                     np.vstack([blob_to_vector(g[1], emb.dim) for g in got]))
+                if len(got) < len(want):  # written elsewhere without our model: embed on next use
+                    self.vectors = None
+        self.chunks = table
+
+    # ------------------------------------------------------------------ after-commit effects
+    def chunks_added(self, fx: Effects, chunks: Sequence[NewChunk],
+                     vectors: dict[int, np.ndarray] | None = None) -> None:
+        """New chunks (and their vectors by nid) enter every view after commit."""
+        if not chunks:
+            return
+        vectors = vectors or {}
+
+        def apply() -> None:
+            if self.chunks is not None:
+                for c in chunks:
+                    self.chunks.set(c.nid, kind=c.kind, created_at=c.created_at, event_time=c.event_time, q=c.q,
+                                    importance=5.0, user_id=c.scope[0], agent_id=c.scope[1], run_id=c.scope[2],
+                                    session_id=c.session_id)
+            if self.lexical is not None:
+                if len(chunks) == 1:
+                    self.lexical.add(chunks[0].nid, chunks[0].text)
+                else:
+                    self.lexical.add_many([(c.nid, c.text) for c in chunks])
+            if self.vectors is not None and vectors:
+                self.vectors.add(np.fromiter(vectors, dtype=np.int64, count=len(vectors)),
+                                 np.vstack(list(vectors.values())))
+            self.projection.n_nodes = max(self.projection.n_nodes, max(c.nid for c in chunks) + 1)
+
+        fx.append(apply)
+
+    def edges_added(self, fx: Effects, edges: Sequence[NewEdge]) -> None:
+        if not edges:
+            return
+
+        def apply() -> None:
+            for e in edges:
+                self.projection.edge_added(e.eid, e.src, e.dst, e.relation, e.confidence)
+
+        fx.append(apply)
+
+    def edge_invalidated(self, fx: Effects, eid: int) -> None:
+        fx.append(lambda: self.projection.edge_invalidated(eid))
+
+    def edge_restored(self, fx: Effects, eid: int) -> None:
+        fx.append(lambda: self.projection.edge_restored(eid))
+
+    def chunk_deleted(self, fx: Effects, nid: int) -> None:
+        def apply() -> None:
+            if self.chunks is not None:
+                self.chunks.kill(nid)
+            if self.lexical is not None and nid in self.lexical:
+                self.lexical.remove(nid)
+            if self.vectors is not None:
+                self.vectors.remove(nid)
+            self.projection.node_deleted(nid)
+
+        fx.append(apply)
+
+    def text_updated(self, fx: Effects, nid: int, text: str, vector: np.ndarray | None) -> None:
+        def apply() -> None:
+            self._updates_seen = self.store.last_update_event()
+            if self.lexical is not None:
+                self.lexical.update(nid, text)
+            if self.vectors is not None and vector is not None:
+                self.vectors.add(np.asarray([nid], dtype=np.int64), vector[None, :])
+
+        fx.append(apply)
+
+    def q_changed(self, fx: Effects, nid: int, q: float) -> None:
+        def apply() -> None:
+            if self.chunks is not None and nid < self.chunks.n:
+                self.chunks.q[nid] = q
+
+        fx.append(apply)
+
+    def accessed(self, fx: Effects, nids: Sequence[int], *, learned_links: bool) -> None:
+        """A search returned ``nids`` (importance + 0.1); ``learned_links``: Hebbian pairs changed."""
+        def apply() -> None:
+            table = self.chunks
+            if table is not None:
+                idx = np.asarray([n for n in nids if n < table.n], dtype=np.int64)
+                table.importance[idx] = np.minimum(10.0, table.importance[idx] + 0.1)
+            if learned_links:
+                self.projection.learning_change()
+
+        fx.append(apply)
+
+    def count_write(self, fx: Effects, n: int = 1) -> None:
+        fx.append(lambda: self.projection.count_write(n))

@@ -1,0 +1,350 @@
+"""The write path: decisions and outcomes, links, facts, conversation turns, deletes and updates.
+
+Every function runs inside the caller's ``views.write()`` transaction, gets its effects list
+``fx`` and leaves the in-memory views to after-commit effects. Arguments arrive validated by the
+facade (``ingest`` checks); what is validated here is what only a batch knows (``items[i]``).
+"""
+from __future__ import annotations
+
+import uuid
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from . import ingest
+from .store.base import ChunkRow, EdgeRow
+from .types import SOURCES_CONFIDENCE, Chunk, Edge, Relation, to_timestamp
+from .views import Effects, NewChunk, NewEdge, Scope, Views
+
+__all__ = [
+    "validated_record", "parse_record_items", "record_batch", "get_or_create_chunk", "insert_edge",
+    "invalidate_edge", "delete_chunk", "delete_scope", "link", "add_fact", "update_text", "restore_edge",
+    "turn_rows", "add_turns", "apply_distilled", "check_scope",
+]
+
+_EXCITATORY = ("caused", "enabled")
+_RECORD_KEYS = {"decision", "outcome", "relation", "source", "confidence", "polarity", "task_tag", "event_time",
+                "user_id", "agent_id", "run_id"}
+
+
+def check_scope(user_id: Any, agent_id: Any, run_id: Any) -> Scope:
+    return (ingest.check_scope_value(user_id, "user_id"), ingest.check_scope_value(agent_id, "agent_id"),
+            ingest.check_scope_value(run_id, "run_id"))
+
+
+# ---------------------------------------------------------------------------------- decision → outcome
+def validated_record(decision: Any, outcome: Any, relation: Any, source: Any, confidence: Any, polarity: Any,
+                     task_tag: Any, event_time: Any, user_id: Any, agent_id: Any, run_id: Any,
+                     _cache: dict | None = None) -> dict[str, Any]:
+    """One decision→outcome item, checked and normalised (metadata validation memoised in ``_cache``)."""
+    ingest.check_text(decision, "decision")
+    ingest.check_text(outcome, "outcome")
+    if decision == outcome:
+        raise ValueError("decision and outcome are the same text; an edge needs two different chunks")
+    key = (relation, source, confidence, polarity, task_tag, event_time, user_id, agent_id, run_id)
+    meta = None
+    if _cache is not None:
+        try:
+            meta = _cache.get(key)
+        except TypeError:  # unhashable argument: validated below, which names it
+            _cache = None
+    if meta is None:
+        rel = Relation.parse(relation)
+        source = ingest.check_source(source)
+        conf = SOURCES_CONFIDENCE.get(source, 0.6) if confidence is None else confidence
+        if task_tag is not None and not isinstance(task_tag, str):
+            raise TypeError(f"task_tag must be a string or None, got {type(task_tag).__name__}")
+        meta = dict(rel=rel, subtype=Relation.subtype_of(relation), source=source,
+                    confidence=ingest.check_confidence(conf), polarity=ingest.check_polarity(polarity),
+                    task_tag=task_tag, event_time=to_timestamp(event_time, name="event_time"),
+                    scope=check_scope(user_id, agent_id, run_id))
+        if _cache is not None:
+            _cache[key] = meta
+    return dict(meta, decision=decision, outcome=outcome)
+
+
+def parse_record_items(items: Iterable[Any]) -> list[dict[str, Any]]:
+    """``record_many`` input: dicts or (decision, outcome[, relation]) tuples, errors naming ``items[i]``."""
+    parsed = []
+    cache: dict = {}
+    for i, item in enumerate(items):
+        if isinstance(item, (tuple, list)) and len(item) in (2, 3):
+            try:  # the common case: (decision, outcome[, relation]) with default metadata
+                parsed.append(validated_record(
+                    item[0], item[1], item[2] if len(item) == 3 else "caused", "llm_inferred", None, None,
+                    None, None, None, None, None, _cache=cache))
+            except (ValueError, TypeError) as exc:
+                raise type(exc)(f"items[{i}]: {exc}") from None
+            continue
+        if isinstance(item, Mapping):
+            kw = dict(item)
+            unknown = set(kw) - _RECORD_KEYS
+            if unknown:
+                raise TypeError(f"items[{i}] has unknown keys {sorted(unknown)}")
+            if "decision" not in kw or "outcome" not in kw:
+                raise ValueError(f"items[{i}] needs 'decision' and 'outcome'")
+        else:
+            raise TypeError(f"items[{i}] must be a dict or a (decision, outcome[, relation]) tuple")
+        try:
+            parsed.append(validated_record(
+                kw["decision"], kw["outcome"], kw.get("relation", "caused"), kw.get("source", "llm_inferred"),
+                kw.get("confidence"), kw.get("polarity"), kw.get("task_tag"), kw.get("event_time"),
+                kw.get("user_id"), kw.get("agent_id"), kw.get("run_id"), _cache=cache))
+        except (ValueError, TypeError) as exc:
+            raise type(exc)(f"items[{i}]: {exc}") from None
+    return parsed
+
+
+def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
+                 vecs: dict[str, np.ndarray] | None = None) -> list[Edge]:
+    """Write validated decision→outcome items in the current transaction, in bulk."""
+    store = views.store
+    vecs = vecs or {}
+    now = views.now()
+    q0 = views.config.q_init
+    # 1. chunks: reuse by exact text within scope, create the rest in one statement
+    keys: dict[tuple[str, tuple], str] = {}
+    for a in items:
+        keys.setdefault((a["decision"], a["scope"]), "decision")
+        keys.setdefault((a["outcome"], a["scope"]), "outcome")
+    hashes: dict[str, int] = {}
+    found = store.find_reusable_chunks(list(keys), hashes)
+    new_keys = [k for k in keys if k not in found]
+    created = store.insert_chunks_bulk([
+        {"text": t, "text_hash": hashes[t], "kind": keys[(t, sc)], "created_at": now, "event_time": None,
+         "q_value": q0, "user_id": sc[0], "agent_id": sc[1], "run_id": sc[2]} for t, sc in new_keys])
+    chunk_of = dict(found)
+    chunk_of.update(zip(new_keys, created))
+    views.store_vectors([(c.nid, t, vecs[t]) for (t, _sc), c in zip(new_keys, created) if t in vecs])
+    # 2. edges
+    rows = []
+    guessed: dict[str, str | None] = {}
+    for a in items:
+        d_nid = chunk_of[(a["decision"], a["scope"])].nid
+        o_nid = chunk_of[(a["outcome"], a["scope"])].nid
+        polarity = a["polarity"]
+        if polarity is None:
+            polarity = guessed.get(a["outcome"], "?")
+            if polarity == "?":
+                polarity = guessed[a["outcome"]] = ingest.guess_polarity(a["outcome"])
+        rows.append({"src": d_nid, "dst": o_nid, "relation": a["rel"], "subtype": a["subtype"],
+                     "confidence": a["confidence"], "source": a["source"], "polarity": polarity,
+                     "task_tag": a["task_tag"], "event_time": a["event_time"], "discovered_at": now})
+    inserted = store.insert_edges_bulk(rows)
+    # 3. contradiction fast path (rule judge): a new success retires older failures of the same decision
+    failures: dict[int, list[tuple[int, str, int]]] | None = None
+    for r, (eid, edge_id) in zip(rows, inserted):
+        if r["relation"].value not in _EXCITATORY:
+            continue
+        if failures is None:  # older failures only: this batch's own edges are added in order below
+            first_new = inserted[0][0]
+            failures = {src: [tuple(f) for f in lst if f.eid < first_new] for src, lst in
+                        store.negative_excitatory_out_edges(
+                            [x["src"] for x in rows if x["relation"].value in _EXCITATORY
+                             and x["polarity"] == "positive"]).items()}
+        if r["polarity"] == "positive":
+            keep = []
+            for old_eid, old_id, old_dst in failures.get(r["src"], []):
+                if old_dst != r["dst"]:
+                    invalidate_edge(views, fx, old_eid, f"superseded by {edge_id} (rule: new success)", edge_id)
+                else:
+                    keep.append((old_eid, old_id, old_dst))
+            failures[r["src"]] = keep
+        elif r["polarity"] == "negative":
+            failures.setdefault(r["src"], []).append((eid, edge_id, r["dst"]))
+    # 4. in-memory views, after commit
+    views.chunks_added(fx, [NewChunk(c.nid, t, keys[(t, sc)], now, None, q0, sc) for (t, sc), c in
+                            zip(new_keys, created)],
+                       {c.nid: vecs[t] for (t, _sc), c in zip(new_keys, created) if t in vecs})
+    views.edges_added(fx, [NewEdge(eid, r["src"], r["dst"], r["relation"], r["confidence"])
+                           for r, (eid, _e) in zip(rows, inserted)])
+    views.count_write(fx)
+    ids = {c.nid: c.id for c in chunk_of.values()}
+    return [Edge(id=edge_id, src=ids[r["src"]], dst=ids[r["dst"]], relation=r["relation"].value,
+                 confidence=r["confidence"], source=r["source"], polarity=r["polarity"], task_tag=r["task_tag"],
+                 event_time=r["event_time"], valid=True, superseded_by=None, discovered_at=now,
+                 subtype=r["subtype"]) for r, (_eid, edge_id) in zip(rows, inserted)]
+
+
+# ---------------------------------------------------------------------------------- single rows
+def get_or_create_chunk(views: Views, fx: Effects, text: str, kind: str, scope: Scope, *,
+                        event_time: float | None, session_id: str | None = None,
+                        metadata: Mapping[str, Any] | None = None, vec: np.ndarray | None = None,
+                        reuse: bool = True) -> tuple[int, str, bool]:
+    """(nid, id, created): the live chunk with this exact text in the scope, else a new one."""
+    if reuse:
+        found = views.store.find_reusable_chunk(text, *scope)
+        if found is not None:
+            return found.nid, found.id, False
+    now = views.now()
+    q0 = views.config.q_init
+    nid, cid = views.store.insert_chunk(
+        text=text, kind=kind, created_at=now, q_value=q0, event_time=event_time, user_id=scope[0],
+        agent_id=scope[1], run_id=scope[2], session_id=session_id, metadata=metadata)
+    if vec is not None:
+        views.store_vectors([(nid, text, vec)])
+    views.chunks_added(fx, [NewChunk(nid, text, kind, now, event_time, q0, scope, session_id)],
+                       {nid: vec} if vec is not None else None)
+    return nid, cid, True
+
+
+def insert_edge(views: Views, fx: Effects, src: int, dst: int, relation: Relation, *, confidence: float,
+                source: str, polarity: str | None, task_tag: str | None, event_time: float | None,
+                subtype: str | None = None) -> tuple[int, str]:
+    eid, edge_id = views.store.insert_edge(
+        src=src, dst=dst, relation=relation, subtype=subtype, confidence=confidence, source=source,
+        polarity=polarity, task_tag=task_tag, event_time=event_time, discovered_at=views.now())
+    views.edges_added(fx, [NewEdge(eid, src, dst, relation, confidence)])
+    return eid, edge_id
+
+
+def invalidate_edge(views: Views, fx: Effects, eid: int, reason: str | None, superseded_by: str | None = None) -> None:
+    views.store.set_edge_invalid(eid, views.now(), reason, superseded_by)
+    views.edge_invalidated(fx, eid)
+
+
+def restore_edge(views: Views, fx: Effects, row: EdgeRow) -> None:
+    """Undo an invalidation or supersession (both endpoint chunks must be live)."""
+    if row.valid_to is None and row.superseded_by is None:
+        raise ValueError(f"edge {row.id!r} is valid and not superseded; nothing to restore")
+    for nid, name in ((row.src, "source"), (row.dst, "destination")):
+        if not views.store.chunk_alive(nid):
+            raise ValueError(f"edge {row.id!r} cannot be restored: its {name} chunk was deleted")
+    views.store.restore_edge(row.eid)
+    views.edge_restored(fx, row.eid)
+    views.count_write(fx)
+
+
+def delete_chunk(views: Views, fx: Effects, nid: int) -> None:
+    views.store.set_chunk_deleted(nid, views.now())
+    views.chunk_deleted(fx, nid)
+
+
+def delete_scope(views: Views, fx: Effects, filters: Mapping[str, str | None]) -> int:
+    nids = views.store.chunk_nids(filters=filters)
+    for nid in nids:
+        delete_chunk(views, fx, nid)
+    views.count_write(fx, max(1, len(nids)))
+    return len(nids)
+
+
+def link(views: Views, fx: Effects, s: ChunkRow, d: ChunkRow, rel: Relation, subtype: str | None, *,
+         confidence: float, source: str, polarity: str | None, task_tag: str | None) -> str:
+    """A typed edge between two live chunks; returns its id."""
+    for row, name in ((s, "src_chunk_id"), (d, "dst_chunk_id")):
+        if row.valid_to is not None:
+            raise ValueError(f"{name} {row.id!r} was deleted")
+    if s.nid == d.nid:
+        raise ValueError("src_chunk_id and dst_chunk_id are the same chunk")
+    _, edge_id = insert_edge(views, fx, s.nid, d.nid, rel, confidence=confidence, source=source, polarity=polarity,
+                             task_tag=task_tag, event_time=None, subtype=subtype)
+    views.count_write(fx)
+    return edge_id
+
+
+def add_fact(views: Views, fx: Effects, key: str, value: str, scope: Scope, *, confidence: float,
+             vec: np.ndarray | None, replace_same_key: bool) -> str:
+    """Store ``key: value`` as a fact chunk (reused if identical); returns the chunk id."""
+    old = views.store.facts_with_key(key, *scope)
+    nid, cid, _ = get_or_create_chunk(views, fx, f"{key}: {value}", "fact", scope, event_time=None,
+                                      metadata={"key": key, "value": value}, vec=vec)
+    if replace_same_key:
+        for fact in old:
+            if fact.nid != nid:
+                views.store.retire_fact(fact.fid, views.now())
+                delete_chunk(views, fx, fact.nid)
+    if not any(fact.nid == nid for fact in old):
+        views.store.insert_fact(key=key, value=value, nid=nid, user_id=scope[0], agent_id=scope[1],
+                                run_id=scope[2], confidence=confidence, now=views.now())
+    views.count_write(fx)
+    return cid
+
+
+def update_text(views: Views, fx: Effects, row: ChunkRow, text: str, vec: np.ndarray | None) -> None:
+    if row.valid_to is not None:
+        raise ValueError(f"chunk {row.id!r} was deleted")
+    views.store.set_chunk_text(row.nid, text, views.now())
+    if vec is not None:
+        views.store_vectors([(row.nid, text, vec)])
+    views.text_updated(fx, row.nid, text, vec)
+    views.count_write(fx)
+
+
+# ---------------------------------------------------------------------------------- conversations
+def _jsonable(v: Any) -> bool:
+    return isinstance(v, (str, int, float, bool, type(None), list, dict))
+
+
+def turn_rows(turns: Sequence[tuple[str | None, str, Mapping[str, Any]]], *, scope: Scope, session: str,
+              metadata: Mapping[str, Any] | None, event_time: float | None, q_init: float) -> list[dict[str, Any]]:
+    """Chunk rows for normalised turns: "speaker: text", per-turn metadata and event times."""
+    rows = []
+    for i, (speaker, t, extra) in enumerate(turns):
+        text = t if speaker is None or t.startswith(f"{speaker}:") else f"{speaker}: {t}"
+        meta = dict(metadata or {})
+        meta.update({k: v for k, v in extra.items() if _jsonable(v)})
+        if speaker is not None:
+            meta.setdefault("speaker", speaker)
+        turn_time = event_time
+        for key in ("event_time", "timestamp", "time"):
+            if key in extra:
+                turn_time = to_timestamp(extra[key], name=f"messages[{i}].{key}")
+                break
+        rows.append({"text": text, "kind": "turn", "event_time": turn_time, "q_value": q_init,
+                     "user_id": scope[0], "agent_id": scope[1], "run_id": scope[2], "session_id": session,
+                     "metadata": meta})
+    return rows
+
+
+def new_session_id() -> str:
+    return uuid.uuid4().hex
+
+
+def add_turns(views: Views, fx: Effects, rows: list[dict[str, Any]], scope: Scope, session: str,
+              vecs: np.ndarray | None) -> list[Chunk]:
+    """Insert turn rows, chained in order by temporal edges (after the session's previous turn)."""
+    store = views.store
+    now = views.now()
+    for r in rows:
+        r["created_at"] = now
+    prev = store.previous_turn(session, *scope)
+    created = store.insert_chunks_bulk(rows)
+    nids = [c.nid for c in created]
+    if vecs is not None:
+        views.store_vectors([(nid, r["text"], v) for nid, r, v in zip(nids, rows, vecs)])
+    chain = ([prev] if prev is not None else []) + nids
+    # source "session": turn adjacency is structure, not a learned temporal relation, so it
+    # decays like rule edges (×0.99/day) instead of the 7-day half-life of "temporal" edges.
+    edge_rows = [{"src": a, "dst": b, "relation": Relation.TEMPORAL, "confidence": 1.0, "source": "session",
+                  "event_time": r["event_time"], "discovered_at": now}
+                 for a, b, r in zip(chain, chain[1:], rows[len(rows) - len(chain) + 1:])]
+    inserted = store.insert_edges_bulk(edge_rows)
+    views.chunks_added(fx, [NewChunk(nid, r["text"], "turn", now, r["event_time"], r["q_value"], scope, session)
+                            for nid, r in zip(nids, rows)],
+                       dict(zip(nids, vecs)) if vecs is not None else None)
+    views.edges_added(fx, [NewEdge(eid, er["src"], er["dst"], Relation.TEMPORAL, 1.0)
+                           for er, (eid, _e) in zip(edge_rows, inserted)])
+    return [Chunk(id=c.id, text=r["text"], kind="turn", q_value=r["q_value"], importance=5.0, created_at=now,
+                  event_time=r["event_time"], user_id=scope[0], agent_id=scope[1], run_id=scope[2],
+                  session_id=session, metadata=r["metadata"]) for c, r in zip(created, rows)]
+
+
+def apply_distilled(views: Views, fx: Effects, items: Sequence[Any], scope: Scope, et: float | None) -> None:
+    """Causal pairs, facts and lessons an LLM distiller extracted from a conversation."""
+    for item in items:
+        kind = getattr(item, "kind", None)
+        text = getattr(item, "text", None)
+        if not isinstance(text, str) or not text.strip():
+            continue
+        decision = getattr(item, "decision", None)
+        if kind == "causal" and isinstance(decision, str) and decision.strip() and decision != text:
+            rel = getattr(item, "relation", None) or "caused"
+            try:
+                Relation.parse(rel)
+            except ValueError:
+                rel = "caused"
+            a = validated_record(decision, text, rel, "distill", None, None, getattr(item, "task_tag", None),
+                                 et, *scope)
+            record_batch(views, fx, [a])
+        elif kind in ("fact", "lesson"):
+            get_or_create_chunk(views, fx, text, kind, scope, event_time=et, metadata={"source": "distill"})
