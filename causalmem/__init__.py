@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover  (type checkers see every public name with
     from .errors import CausalMemError, ConfigurationError, LLMError, SchemaVersionError, StoreError
     from .graph import CausalGraph
     from .judges import Distiller, Judge, LLMDistiller, LLMJudge, RuleJudge
+    from .async_memory import AsyncMemory
     from .memory import Memory
     from .semantic import Embedder, SentenceTransformerEmbedder
     from .spreading import CSR, spread
@@ -50,6 +51,7 @@ _EXPORTS = {
     "ConfigurationError": "causalmem.errors",
     # facade and pipeline
     "Memory": "causalmem.memory",
+    "AsyncMemory": "causalmem.async_memory",
     "Embedder": "causalmem.semantic",
     "SentenceTransformerEmbedder": "causalmem.semantic",
     "Judge": "causalmem.judges",
@@ -60,7 +62,7 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "Activation", "CAUSAL", "CSR", "CausalGraph", "CausalMemError", "Chunk", "Config", "ConfigurationError",
+    "Activation", "AsyncMemory", "CAUSAL", "CSR", "CausalGraph", "CausalMemError", "Chunk", "Config", "ConfigurationError",
     "Distiller", "Edge", "Embedder", "HAVE_EXTENSION", "Hit", "InterventionReport", "Judge", "LLMDistiller",
     "LLMError", "LLMJudge", "Memory", "PEDSA", "PredictedOutcome", "Relation", "RuleJudge",
     "SchemaVersionError", "SentenceTransformerEmbedder", "SleepReport", "SpreadParams", "StoreError",

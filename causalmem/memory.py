@@ -7,13 +7,14 @@ queries to ``causal``, retrieval to ``retrieval``, learning to ``learning``, sle
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from . import causal, consolidation, ingest, learning, retrieval
+from . import causal, consolidation, ingest, learning, metadata_filter, retrieval
 from . import write as w
 from .chunks import ChunkTable
 from .config import Config
@@ -195,12 +196,27 @@ class Memory:
         with self._views.write() as fx:
             return w.delete_scope(self._views, fx, filters)
 
-    def update(self, chunk_id: str, text: str) -> Chunk:
-        """Replace a chunk's text (re-indexed and re-embedded); the old text stays in ``history``."""
-        ingest.check_text(text, "text")
-        vec = self._views.vectors_for([text]).get(text)
+    def update(self, chunk_id: str, text: str | None = None, *, metadata: Mapping[str, Any] | None = None) -> Chunk:
+        """Replace a chunk's text (re-indexed and re-embedded; the old text stays in ``history``) and/or
+        merge ``metadata`` into its metadata (a key set to ``None`` is removed)."""
+        if text is None and metadata is None:
+            raise ValueError("update needs text, metadata or both")
+        if text is not None:
+            ingest.check_text(text, "text")
+        if metadata is not None:
+            metadata = w.check_metadata(metadata)
+        vec = self._views.vectors_for([text]).get(text) if text is not None else None
         with self._views.write() as fx:
-            w.update_text(self._views, fx, self._require_chunk(chunk_id), text, vec)
+            row = self._require_chunk(chunk_id)
+            if row.valid_to is not None:
+                raise ValueError(f"chunk {chunk_id!r} was deleted")
+            if metadata is not None:
+                merged = {**(json.loads(row.metadata) if row.metadata else {}), **metadata}
+                self._store.set_chunk_metadata(row.nid, {k: v for k, v in merged.items() if v is not None})
+                if text is None:
+                    self._views.count_write(fx)
+            if text is not None:
+                w.update_text(self._views, fx, row, text, vec)
         return self.get(chunk_id)
 
     def history(self, chunk_id: str) -> list[dict[str, Any]]:
@@ -219,8 +235,8 @@ class Memory:
         scope = w.check_scope(user_id, agent_id, run_id)
         if session_id is not None and (not isinstance(session_id, str) or not session_id):
             raise ValueError(f"session_id must be a non-empty string or None, got {session_id!r}")
-        if metadata is not None and not isinstance(metadata, Mapping):
-            raise TypeError(f"metadata must be a mapping, got {type(metadata).__name__}")
+        if metadata is not None:
+            metadata = w.check_metadata(metadata)
         et = to_timestamp(event_time, name="event_time")
         if infer and self.distiller is None:
             raise ConfigurationError(
@@ -240,16 +256,23 @@ class Memory:
 
     # ------------------------------------------------------------------ reads
     def get_all(self, filters: Mapping[str, Any] | None = None, *, limit: int = 100,
-                **kwargs: Any) -> list[Chunk]:
-        """Chunks matching exact-value filters (user_id, agent_id, run_id, session_id, kind), oldest first."""
+                metadata: Mapping[str, Any] | None = None, **kwargs: Any) -> list[Chunk]:
+        """Chunks matching exact-value filters (user_id, agent_id, run_id, session_id, kind) and, when
+        given, a ``metadata`` filter (see ``causalmem.metadata_filter``), oldest first."""
         flt = dict(filters or {})
         flt.update(kwargs)
         bad = set(flt) - set(_GET_ALL_FILTERS)
         if bad:
             raise ValueError(f"unknown filter keys {sorted(bad)}; allowed: {sorted(_GET_ALL_FILTERS)}")
-        if not isinstance(limit, int) or limit <= 0:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
             raise ValueError(f"limit must be a positive integer, got {limit!r}")
-        nids = self._store.chunk_nids(filters=flt, limit=limit)
+        if metadata is None:
+            nids = self._store.chunk_nids(filters=flt, limit=limit)
+        else:
+            spec = metadata_filter.validate(metadata)
+            nids = self._store.chunk_nids(filters=flt)
+            meta = self._store.chunk_metadata(nids)
+            nids = [n for n in nids if metadata_filter.matches(meta.get(n), spec)][:limit]
         rows = self._store.chunk_rows_by_nid(nids)
         return [rows[n].to_chunk() for n in nids if n in rows]
 
@@ -324,11 +347,15 @@ class Memory:
                run_id: str | None = None, filters: Mapping[str, Any] | None = None,
                since: float | _dt.datetime | None = None, until: float | _dt.datetime | None = None,
                channels: Sequence[str] = ("lexical", "semantic", "graph"), fusion: str = "auto",
-               explain: bool = False, reinforce: bool = True) -> list[Hit]:
-        """What do I know about ``query``: lexical + semantic + graph spreading, fused (SPEC §4)."""
+               explain: bool = False, reinforce: bool = True,
+               metadata: Mapping[str, Any] | None = None) -> list[Hit]:
+        """What do I know about ``query``: lexical + semantic + graph spreading, fused (SPEC §4).
+
+        ``metadata`` keeps only chunks whose metadata matches a filter (``causalmem.metadata_filter``:
+        ``{"field": value}``, ``{"field": {"$gte": 3}}``, ``$in``, ``$contains``, ``$or`` ...)."""
         return retrieval.search(self._views, query, top_k=top_k, user_id=user_id, agent_id=agent_id, run_id=run_id,
                                 filters=filters, since=since, until=until, channels=channels, fusion=fusion,
-                                explain=explain, reinforce=reinforce)
+                                explain=explain, reinforce=reinforce, metadata=metadata)
 
     def reembed(self) -> int:
         """Compute vectors for every chunk whose text or model changed; returns how many."""

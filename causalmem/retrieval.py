@@ -6,13 +6,14 @@ caller's scope mask, so no channel — not even the graph — can surface anothe
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import learning
+from . import learning, metadata_filter
 from .config import Config
 from .types import Hit, to_timestamp
 from .views import Views
@@ -101,9 +102,11 @@ def _scope(user_id, agent_id, run_id, filters: Mapping[str, Any] | None) -> dict
 def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=None, run_id=None,
            filters: Mapping[str, Any] | None = None, since=None, until=None,
            channels: Sequence[str] = CHANNELS, fusion: str = "auto", explain: bool = False,
-           reinforce: bool = True, params: RetrievalParams | None = None) -> list[Hit]:
+           reinforce: bool = True, params: RetrievalParams | None = None,
+           metadata: Mapping[str, Any] | None = None) -> list[Hit]:
     chans = _check_args(query, top_k, channels, fusion, views.config.max_top_k)
     scope = _scope(user_id, agent_id, run_id, filters)
+    meta_filter = None if metadata is None else metadata_filter.validate(metadata)
     t_since = to_timestamp(since, name="since")
     t_until = to_timestamp(until, name="until")
     if t_since is not None and t_until is not None and t_since > t_until:
@@ -120,6 +123,8 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
     with views.lock:
         table, lexical = views.tables()
         mask = table.scope_mask(**scope, since=t_since, until=t_until)
+        if meta_filter is not None:
+            mask = _metadata_mask(views, mask, meta_filter)
         # -- channels -------------------------------------------------------------
         lex_ids = np.empty(0, np.int64)
         lex_sc = np.empty(0, np.float32)
@@ -193,10 +198,21 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
                 }
             hits.append(Hit(id=row.id, text=row.text, score=chosen_scores[n], kind=row.kind, created_at=row.created_at,
                             event_time=row.event_time, user_id=row.user_id, agent_id=row.agent_id, run_id=row.run_id,
-                            session_id=row.session_id, superseded_by=sup.get(n), signals=signals))
+                            session_id=row.session_id, superseded_by=sup.get(n), signals=signals,
+                            metadata=json.loads(row.metadata) if row.metadata else {}))
         if reinforce and hits:
             _reinforce(views, [n for n in chosen if n in rows])
         return hits
+
+
+def _metadata_mask(views: Views, mask: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
+    """The scope mask narrowed to chunks whose metadata matches ``spec`` (a new array: masks are cached)."""
+    nids = np.flatnonzero(mask)
+    keep = np.zeros_like(mask)
+    meta = views.store.chunk_metadata(nids.tolist())
+    ok = [n for n in nids.tolist() if metadata_filter.matches(meta.get(n), spec)]
+    keep[ok] = True
+    return keep
 
 
 def _fill_cosines(views: Views, qv: np.ndarray, nids, cos: dict[int, float]) -> None:

@@ -171,6 +171,7 @@ class Hit:
     session_id: str | None = None
     superseded_by: str | None = None
     signals: Mapping[str, Any] | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ facade (``ingest`` checks); what is validated here is what only a batch knows (`
 """
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -30,6 +31,20 @@ _RECORD_KEYS = {"decision", "outcome", "relation", "source", "confidence", "pola
 def check_scope(user_id: Any, agent_id: Any, run_id: Any) -> Scope:
     return (ingest.check_scope_value(user_id, "user_id"), ingest.check_scope_value(agent_id, "agent_id"),
             ingest.check_scope_value(run_id, "run_id"))
+
+
+def check_metadata(metadata: Any, name: str = "metadata") -> dict[str, Any]:
+    """A chunk's metadata: a JSON object with string keys (stored as JSON, returned on chunks and hits)."""
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"{name} must be a mapping, got {type(metadata).__name__}")
+    bad = [k for k in metadata if not isinstance(k, str)]
+    if bad:
+        raise TypeError(f"{name} keys must be strings, got {bad[:3]!r}")
+    try:
+        json.dumps(dict(metadata), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be JSON-serialisable (no NaN/inf): {exc}") from None
+    return dict(metadata)
 
 
 # ---------------------------------------------------------------------------------- decision → outcome

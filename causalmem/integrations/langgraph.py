@@ -54,6 +54,12 @@ from ..memory import Memory
 __all__ = ["CausalMemStore"]
 
 _META = "langgraph"
+_PREFIXES = "langgraph_prefixes"
+
+
+def _ns_key(ns: Sequence[str]) -> str:
+    # Labels cannot contain "." (LangGraph's rule, checked on every operation): joining is lossless.
+    return ".".join(ns)
 _OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
 
 
@@ -326,12 +332,16 @@ class CausalMemStore(BaseStore):
         now = self.memory.now()
         created = old.created_at if old is not None else now
         meta = {_META: {"namespace": list(ns), "key": op.key, "value": value, "created_at": created,
-                        "updated_at": now, "indexed": indexed}}
-        # An upsert is a new chunk and a delete of the old one: the old text stays in its history.
-        chunk = self.memory.add(text, agent_id=self.agent_id, metadata=meta)[0]
-        if old is not None:
-            self.memory.delete(old.chunk_id)
-        self._items.setdefault(ns, {})[op.key] = _Record(chunk.id, value, created, now, indexed)
+                        "updated_at": now, "indexed": indexed},
+                # every prefix of the namespace, so a search inside a prefix is one metadata filter
+                _PREFIXES: [_ns_key(ns[:i]) for i in range(1, len(ns) + 1)]}
+        if old is None:
+            chunk_id = self.memory.add(text, agent_id=self.agent_id, metadata=meta)[0].id
+        else:  # an upsert keeps the chunk (its Q-value and links); the old text stays in its history
+            chunk_id = old.chunk_id
+            current = self.memory.get(chunk_id).text
+            self.memory.update(chunk_id, text if text != current else None, metadata=meta)
+        self._items.setdefault(ns, {})[op.key] = _Record(chunk_id, value, created, now, indexed)
 
     def _in_prefix(self, prefix: tuple[str, ...], flt: dict[str, Any]) -> list[tuple[tuple[str, ...], str, _Record]]:
         out = []
@@ -361,8 +371,9 @@ class CausalMemStore(BaseStore):
             need = offset + limit
             max_k = self.memory.config.max_top_k
             top_k = min(max_k, max(50, 4 * need))
+            inside = {_PREFIXES: {"$contains": _ns_key(prefix)}} if prefix else None
             while True:
-                hits = self.memory.search(query, top_k=top_k, agent_id=self.agent_id)
+                hits = self.memory.search(query, top_k=top_k, agent_id=self.agent_id, metadata=inside)
                 ranked = [self._search_item(*by_chunk[h.id], float(h.score)) for h in hits if h.id in by_chunk]
                 if len(ranked) >= need or len(hits) < top_k or top_k >= max_k:
                     break

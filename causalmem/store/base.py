@@ -363,6 +363,12 @@ class StoreBackend(Protocol):
     def set_chunk_deleted(self, nid: int, now: float) -> None:
         """Soft-delete: the chunk, its valid edges, its facts; co-occurrence pairs dropped; history event."""
 
+    def chunk_metadata(self, nids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """Parsed ``metadata`` of the given chunks (missing nids are left out)."""
+
+    def set_chunk_metadata(self, nid: int, metadata: Mapping[str, Any]) -> None:
+        """Replace a chunk's metadata (a JSON object)."""
+
     def set_chunk_text(self, nid: int, text: str, now: float) -> None:
         """Replace the text, keeping the old one as an ``update`` history event."""
 

@@ -540,6 +540,14 @@ class SQLiteStore:
             "INSERT INTO chunk_history (nid, event, old_text, new_text, at) "
             "SELECT nid, 'delete', text, NULL, ? FROM chunks WHERE nid = ?", (now, nid))
 
+    def chunk_metadata(self, nids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        rows = self._select_in("SELECT nid, metadata FROM chunks WHERE nid IN ({ids})", [int(n) for n in nids])
+        return {r[0]: json.loads(r[1]) if r[1] else {} for r in rows}
+
+    def set_chunk_metadata(self, nid: int, metadata: Mapping[str, Any]) -> None:
+        self.conn.execute("UPDATE chunks SET metadata = ? WHERE nid = ?",
+                          (json.dumps(dict(metadata), ensure_ascii=False), int(nid)))
+
     def set_chunk_text(self, nid: int, text: str, now: float) -> None:
         self.conn.execute(
             "INSERT INTO chunk_history (nid, event, old_text, new_text, at) "

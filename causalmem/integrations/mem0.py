@@ -1,0 +1,426 @@
+"""mem0's Python API on causalmem: ``Memory`` and ``AsyncMemory`` with mem0's method names, arguments
+and return shapes, so a script written against mem0 runs after swapping the import::
+
+    # from mem0 import Memory
+    from causalmem.integrations.mem0 import Memory
+
+    m = Memory()
+    m.add([{"role": "user", "content": "Hi, I'm Alex. I love basketball and gaming."}], user_id="alex")
+    m.search("What do you know about me?", filters={"user_id": "alex"})
+    # {"results": [{"id": ..., "memory": "Hi, I'm Alex. I love basketball and gaming.", "score": 0.71, ...}]}
+
+Both of mem0's call styles are accepted: the 0.x one (``search(query, user_id=..., limit=...)``,
+``get_all(user_id=...)``) and the current one (``search(query, filters={"user_id": ...}, top_k=...)``).
+Filters other than ``user_id``/``agent_id``/``run_id`` are metadata filters with mem0's operators
+(``eq``, ``ne``, ``gt``, ``gte``, ``lt``, ``lte``, ``in``, ``nin``, ``contains``, ``icontains``, ``"*"``,
+and ``AND``/``OR``/``NOT`` lists).
+
+``score`` is causalmem's fused search score clipped to [0, 1]: the blend of max-normalised BM25 and
+cosine similarity (each in [0, 1]) above the score of a typical non-match, plus what the causal and
+conversation graph adds (graph-only bonuses can pass 1 and are clipped). Higher is more relevant;
+0 means "in scope but matched nothing better than a typical non-match".
+
+No LLM is needed: ``infer`` defaults to False unless the memory has a distiller (``llm`` in
+``from_config``), and then to True, mem0's default. No mem0 package is needed either.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import logging
+import os
+from typing import Any, Mapping, Sequence
+
+from .. import memory as _memory
+from ..async_memory import AsyncMemory as _AsyncCore
+
+__all__ = ["Memory", "AsyncMemory"]
+
+logger = logging.getLogger("causalmem")
+
+_SCOPE = ("user_id", "agent_id", "run_id")
+_MEM0_OPS = {"eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "contains", "icontains"}
+_PROMOTED = ("role", "actor_id")
+
+
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return _dt.datetime.fromtimestamp(ts, tz=_dt.timezone.utc).isoformat()
+
+
+def _score01(score: float) -> float:
+    return float(min(1.0, max(0.0, score)))
+
+
+def _translate_condition(field: str, cond: Any) -> Any:
+    if cond == "*":
+        return {"$exists": True}
+    if isinstance(cond, Mapping) and cond and all(isinstance(k, str) for k in cond):
+        if all(k in _MEM0_OPS or k.startswith("$") for k in cond):
+            out = {}
+            for op, arg in cond.items():
+                name = op if op.startswith("$") else f"${op}"
+                out[name] = arg
+            return out
+        bad = [k for k in cond if k not in _MEM0_OPS]
+        raise ValueError(f"unsupported metadata filter operator(s) {bad} on {field!r}; "
+                         f"allowed: {sorted(_MEM0_OPS)}")
+    return cond
+
+
+def _translate(filters: Mapping[str, Any]) -> dict[str, Any]:
+    """mem0 metadata filters -> causalmem metadata filter (``$``-operators, ``$and``/``$or``/``$not``)."""
+    spec: dict[str, Any] = {}
+    for key, cond in filters.items():
+        if key in ("AND", "OR", "NOT", "$and", "$or", "$not"):
+            if not isinstance(cond, Sequence) or isinstance(cond, (str, bytes)) or not cond:
+                raise ValueError(f"filters[{key!r}] must be a non-empty list of filter dicts")
+            spec["$" + key.lower().lstrip("$")] = [_translate(_check_mapping(c, f"filters[{key!r}] item"))
+                                                   for c in cond]
+        else:
+            spec[key] = _translate_condition(key, cond)
+    return spec
+
+
+def _check_mapping(value: Any, name: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a dict, got {type(value).__name__}")
+    return value
+
+
+def _split_filters(filters: Mapping[str, Any] | None, user_id: Any, agent_id: Any,
+                   run_id: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    scope = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
+    meta: dict[str, Any] = {}
+    if filters is not None:
+        for key, val in _check_mapping(filters, "filters").items():
+            if key in _SCOPE:
+                if scope[key] is not None and val is not None and scope[key] != val:
+                    raise ValueError(f"{key} given twice with different values ({scope[key]!r} and {val!r})")
+                scope[key] = scope[key] if val is None else val
+            else:
+                meta[key] = val
+    for key, val in scope.items():
+        if val is not None:
+            if isinstance(val, bool) or not isinstance(val, (str, int)):
+                raise TypeError(f"{key} must be a string, got {type(val).__name__}")
+            val = str(val).strip()
+            if not val:
+                raise ValueError(f"{key} must be a non-empty string")
+            scope[key] = val
+    return scope, (_translate(meta) if meta else None)
+
+
+def _count(top_k: Any, limit: Any, default: int) -> int:
+    if top_k is not None and limit is not None and top_k != limit:
+        raise ValueError(f"top_k ({top_k!r}) and limit ({limit!r}) disagree; pass one of them")
+    n = top_k if top_k is not None else limit if limit is not None else default
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"top_k/limit must be a positive integer, got {n!r}")
+    return n
+
+
+def _item(chunk_or_hit: Any, metadata: Mapping[str, Any], updated_at: float | None = None,
+          score: float | None = None) -> dict[str, Any]:
+    meta = dict(metadata or {})
+    out: dict[str, Any] = {
+        "id": chunk_or_hit.id,
+        "memory": chunk_or_hit.text,
+        "hash": hashlib.md5(chunk_or_hit.text.encode("utf-8")).hexdigest(),
+        "metadata": None,
+        "score": None,
+        "created_at": _iso(chunk_or_hit.created_at),
+        "updated_at": _iso(updated_at if updated_at is not None else chunk_or_hit.created_at),
+    }
+    for key in _SCOPE:
+        value = getattr(chunk_or_hit, key, None)
+        if value is not None:
+            out[key] = value
+    for key in _PROMOTED:
+        if key in meta:
+            out[key] = meta.pop(key)
+    out["metadata"] = meta or None
+    if score is None:
+        out.pop("score")
+    else:
+        out["score"] = score
+    return out
+
+
+class Memory:
+    """mem0's ``Memory`` on a causalmem database (``path``; default ``$CAUSALMEM_DB``, else the file in the
+    user's data directory that the CLI uses; ``":memory:"`` for a throwaway one)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, memory: Any = None, embedder: Any = "auto",
+                 distiller: Any = None) -> None:
+        if memory is not None:
+            if not isinstance(memory, _memory.Memory):
+                raise TypeError(f"memory must be a causalmem.Memory, got {type(memory).__name__}")
+            self.memory, self._owns = memory, False
+        else:
+            if path is None:  # like mem0's Memory(), a persistent store by default
+                from ..config import default_db
+
+                path = default_db()
+            self.memory, self._owns = _memory.Memory(path, embedder=embedder, distiller=distiller), True
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_config(cls, config_dict: Mapping[str, Any]) -> "Memory":
+        """Build from a mem0-style config dict.
+
+        Read: ``path`` (or ``vector_store.config.path``), ``embedder`` (``{"provider": "huggingface",
+        "config": {"model": ...}}`` or a causalmem spec: ``"auto"``, ``None``, a model name), ``llm``
+        (``{"provider": "openai", "config": {"model", "api_key", "openai_base_url" | "base_url"}}``: the
+        distiller used by ``add(infer=True)``). Sections of mem0 that causalmem replaces (the vector store
+        provider, the history database) are ignored with a log line.
+        """
+        cfg = dict(_check_mapping(config_dict, "config_dict"))
+        known = {"path", "vector_store", "embedder", "llm", "history_db_path", "version", "custom_prompt",
+                 "custom_fact_extraction_prompt", "custom_update_memory_prompt", "graph_store", "reranker"}
+        unknown = set(cfg) - known
+        if unknown:
+            raise ValueError(f"unknown config keys {sorted(unknown)}; known: {sorted(known)}")
+        path = cfg.get("path")
+        vs = cfg.get("vector_store")
+        if path is None and isinstance(vs, Mapping):
+            path = (vs.get("config") or {}).get("path")
+            logger.info("mem0 config: vector_store %r is replaced by causalmem's store", vs.get("provider"))
+        embedder: Any = "auto"
+        emb = cfg.get("embedder", "auto")
+        if isinstance(emb, Mapping):
+            provider = emb.get("provider")
+            model = (emb.get("config") or {}).get("model")
+            if provider in ("huggingface", "sentence_transformers", "sentence-transformers") and model:
+                embedder = model
+            else:
+                logger.info("mem0 config: embedder provider %r is not used; causalmem's default embedder is",
+                            provider)
+        elif emb is None or isinstance(emb, str):
+            embedder = emb
+        distiller = None
+        llm = cfg.get("llm")
+        if isinstance(llm, Mapping):
+            from ..judges import LLMDistiller
+
+            c = dict(llm.get("config") or {})
+            distiller = LLMDistiller(c.get("openai_base_url") or c.get("base_url"), c.get("model"), c.get("api_key"))
+        return cls(path, embedder=embedder, distiller=distiller)
+
+    def close(self) -> None:
+        if self._owns:
+            self.memory.close()
+
+    def __enter__(self) -> "Memory":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ writes
+    def add(self, messages: Any, *, user_id: str | None = None, agent_id: str | None = None,
+            run_id: str | None = None, metadata: Mapping[str, Any] | None = None, infer: bool | None = None,
+            memory_type: str | None = None, prompt: str | None = None) -> dict[str, Any]:
+        """Store each message (system messages are skipped, as mem0 does); ``{"results": [{"id", "memory",
+        "event": "ADD", "actor_id", "role"}]}``."""
+        if memory_type is not None:
+            raise ValueError("memory_type (procedural memory) is not supported by causalmem")
+        if prompt is not None:
+            raise ValueError("prompt is not supported: causalmem's distiller has its own instructions")
+        scope, _ = _split_filters(None, user_id, agent_id, run_id)
+        if metadata is not None:
+            _check_mapping(metadata, "metadata")
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        elif isinstance(messages, Mapping):
+            messages = [messages]
+        elif not isinstance(messages, list):
+            raise TypeError(f"messages must be a string, a dict or a list of dicts, got {type(messages).__name__}")
+        turns = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, Mapping) or m.get("role") is None or m.get("content") is None:
+                raise ValueError(f"messages[{i}] must be a dict with 'role' and 'content'")
+            if m["role"] == "system":
+                continue
+            turn = {"role": m["role"], "content": m["content"]}
+            if m.get("name"):
+                turn["actor_id"] = m["name"]
+            turns.append(turn)
+        if not turns:
+            return {"results": []}
+        if infer is None:
+            infer = self.memory.distiller is not None
+        chunks = self.memory.add(turns, metadata=metadata, infer=bool(infer), **scope)
+        return {"results": [{"id": c.id, "memory": c.text, "event": "ADD",
+                             "actor_id": c.metadata.get("actor_id"), "role": c.metadata.get("role")}
+                            for c in chunks]}
+
+    def update(self, memory_id: str, data: str | None = None, metadata: Mapping[str, Any] | None = None, *,
+               text: str | None = None) -> dict[str, str]:
+        """New text (``data``, or ``text`` as mem0 2.x names it) and/or metadata for a memory."""
+        if data is not None and text is not None and data != text:
+            raise ValueError("pass the new text as data or as text, not both")
+        new_text = text if text is not None else data
+        if new_text is None and metadata is None:
+            raise ValueError("update needs data (the new text) or metadata")
+        self._require(memory_id)
+        self.memory.update(memory_id, new_text, metadata=metadata)
+        return {"message": "Memory updated successfully!"}
+
+    def delete(self, memory_id: str) -> dict[str, str]:
+        self._require(memory_id)
+        self.memory.delete(memory_id)
+        return {"message": "Memory deleted successfully!"}
+
+    def delete_all(self, user_id: str | None = None, agent_id: str | None = None,
+                   run_id: str | None = None) -> dict[str, str]:
+        scope, _ = _split_filters(None, user_id, agent_id, run_id)
+        if all(v is None for v in scope.values()):
+            raise ValueError("delete_all needs user_id, agent_id or run_id; use reset() to delete everything")
+        self.memory.delete_all(**scope)
+        return {"message": "Memories deleted successfully!"}
+
+    def reset(self) -> None:
+        """Delete every memory of the database."""
+        while True:
+            chunks = self.memory.get_all(limit=1000)
+            if not chunks:
+                return
+            for c in chunks:
+                self.memory.delete(c.id)
+
+    # ------------------------------------------------------------------ reads
+    def _require(self, memory_id: Any) -> Any:
+        if not isinstance(memory_id, str) or not memory_id:
+            raise ValueError(f"memory_id must be a non-empty string, got {memory_id!r}")
+        try:
+            chunk = self.memory.get(memory_id)
+        except KeyError:
+            chunk = None
+        if chunk is None or not chunk.valid:
+            raise ValueError(f"Memory with id {memory_id} not found")
+        return chunk
+
+    def _updated_at(self, memory_id: str, created_at: float) -> float:
+        events = [e for e in self.memory.history(memory_id) if e["event"] == "update"]
+        return events[-1]["at"] if events else created_at
+
+    def get(self, memory_id: str) -> dict[str, Any] | None:
+        """One memory as mem0 returns it, or None when there is none with this id."""
+        try:
+            chunk = self._require(memory_id)
+        except ValueError:
+            return None
+        return _item(chunk, chunk.metadata, self._updated_at(chunk.id, chunk.created_at))
+
+    def get_all(self, *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
+                filters: Mapping[str, Any] | None = None, top_k: int | None = None,
+                limit: int | None = None) -> dict[str, Any]:
+        """Memories of a scope (and metadata filters), oldest first: ``{"results": [...]}``."""
+        scope, meta = _split_filters(filters, user_id, agent_id, run_id)
+        n = _count(top_k, limit, 100)
+        chunks = self.memory.get_all({k: v for k, v in scope.items() if v is not None}, limit=n, metadata=meta)
+        return {"results": [_item(c, c.metadata, self._updated_at(c.id, c.created_at)) for c in chunks]}
+
+    def search(self, query: str, *, user_id: str | None = None, agent_id: str | None = None,
+               run_id: str | None = None, filters: Mapping[str, Any] | None = None, top_k: int | None = None,
+               limit: int | None = None, threshold: float | None = None, rerank: bool = False,
+               explain: bool = False) -> dict[str, Any]:
+        """Hybrid search (lexical + semantic + graph): ``{"results": [{..., "score": 0..1}]}``, best first."""
+        scope, meta = _split_filters(filters, user_id, agent_id, run_id)
+        n = _count(top_k, limit, 100)
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                      or not 0.0 <= float(threshold) <= 1.0):
+            raise ValueError(f"threshold must be a number in [0, 1], got {threshold!r}")
+        if rerank:
+            raise ValueError("rerank is not supported: causalmem's fusion already ranks")
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query must be a non-empty string")
+        hits = self.memory.search(query, top_k=min(n, self.memory.config.max_top_k), metadata=meta,
+                                  explain=explain, **scope)
+        out = []
+        for h in hits:
+            s = _score01(h.score)
+            if threshold is not None and s < threshold:
+                continue
+            item = _item(h, h.metadata, score=s)
+            item["updated_at"] = _iso(self._updated_at(h.id, h.created_at))
+            if explain and h.signals is not None:
+                item["score_details"] = dict(h.signals)
+            out.append(item)
+        return {"results": out}
+
+    def history(self, memory_id: str) -> list[dict[str, Any]]:
+        """Changes of a memory, oldest first, in mem0's shape (event ADD / UPDATE / DELETE)."""
+        if not isinstance(memory_id, str) or not memory_id:
+            raise ValueError(f"memory_id must be a non-empty string, got {memory_id!r}")
+        try:
+            chunk = self.memory.get(memory_id)
+        except KeyError:
+            return []
+        names = {"create": "ADD", "update": "UPDATE", "delete": "DELETE"}
+        out = []
+        for i, e in enumerate(self.memory.history(memory_id)):
+            out.append({"id": f"{memory_id}:{i}", "memory_id": memory_id, "old_memory": e["old_text"],
+                        "new_memory": e["new_text"], "event": names.get(e["event"], e["event"].upper()),
+                        "created_at": _iso(chunk.created_at), "updated_at": _iso(e["at"]),
+                        "is_deleted": e["event"] == "delete", "actor_id": chunk.metadata.get("actor_id"),
+                        "role": chunk.metadata.get("role")})
+        return out
+
+
+class AsyncMemory:
+    """mem0's ``AsyncMemory``: the same methods as :class:`Memory`, awaitable, run on
+    ``causalmem.AsyncMemory``'s bounded pool (one shared ``causalmem.Memory`` underneath)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, memory: Any = None, embedder: Any = "auto",
+                 distiller: Any = None, max_workers: int | None = None) -> None:
+        self._sync = Memory(path, memory=memory, embedder=embedder, distiller=distiller)
+        self.memory = self._sync.memory
+        self._core = _AsyncCore(memory=self.memory, max_workers=max_workers)
+
+    @classmethod
+    def from_config(cls, config_dict: Mapping[str, Any]) -> "AsyncMemory":
+        sync = Memory.from_config(config_dict)
+        out = cls(memory=sync.memory)
+        out._sync = sync  # owns (and closes) the Memory it built
+        return out
+
+    async def add(self, messages: Any, **kwargs: Any) -> dict[str, Any]:
+        return await self._core.run(self._sync.add, messages, **kwargs)
+
+    async def search(self, query: str, **kwargs: Any) -> dict[str, Any]:
+        return await self._core.run(self._sync.search, query, **kwargs)
+
+    async def get(self, memory_id: str) -> dict[str, Any] | None:
+        return await self._core.run(self._sync.get, memory_id)
+
+    async def get_all(self, **kwargs: Any) -> dict[str, Any]:
+        return await self._core.run(self._sync.get_all, **kwargs)
+
+    async def update(self, memory_id: str, data: str | None = None, metadata: Mapping[str, Any] | None = None,
+                     **kwargs: Any) -> dict[str, str]:
+        return await self._core.run(self._sync.update, memory_id, data, metadata, **kwargs)
+
+    async def delete(self, memory_id: str) -> dict[str, str]:
+        return await self._core.run(self._sync.delete, memory_id)
+
+    async def delete_all(self, **kwargs: Any) -> dict[str, str]:
+        return await self._core.run(self._sync.delete_all, **kwargs)
+
+    async def history(self, memory_id: str) -> list[dict[str, Any]]:
+        return await self._core.run(self._sync.history, memory_id)
+
+    async def reset(self) -> None:
+        await self._core.run(self._sync.reset)
+
+    async def aclose(self) -> None:
+        await self._core.aclose()
+        self._sync.close()
+
+    async def __aenter__(self) -> "AsyncMemory":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()

@@ -1,0 +1,187 @@
+"""mem0-compatible API: method names, arguments and return shapes of mem0's Memory / AsyncMemory."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from causalmem.integrations.mem0 import AsyncMemory, Memory
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A script in the style of mem0's documented Python quickstart (both its 0.x and current call forms).
+QUICKSTART = textwrap.dedent('''
+    import json
+    from mem0 import Memory
+
+    m = Memory()
+
+    messages = [
+        {"role": "user", "content": "Hi, I'm Alex. I love basketball and gaming."},
+        {"role": "assistant", "content": "Hey Alex! I'll remember your interests."},
+    ]
+    added = m.add(messages, user_id="alex", metadata={"category": "hobbies"})
+    m.add("I'm allergic to peanuts", user_id="alex", metadata={"category": "health"})
+    m.add("Sam prefers tea over coffee", user_id="sam")
+
+    results = m.search("What do you know about me?", filters={"user_id": "alex"})
+    related = m.search(query="basketball", user_id="alex", limit=3)
+    health = m.search("food allergy", filters={"user_id": "alex", "category": "health"})
+
+    all_memories = m.get_all(user_id="alex")
+    memory_id = related["results"][0]["id"]
+    specific = m.get(memory_id)
+    m.update(memory_id=memory_id, data="I love tennis now")
+    history = m.history(memory_id=memory_id)
+    after_update = m.get(memory_id)
+    m.delete(memory_id=memory_id)
+    gone = m.get(memory_id)
+    m.delete_all(user_id="alex")
+    left_alex = m.get_all(filters={"user_id": "alex"})
+    m.reset()
+    left_all = m.get_all(user_id="sam")
+    print(json.dumps({"added": added, "results": results, "related": related, "health": health,
+                      "all": all_memories, "specific": specific, "history": history, "after_update": after_update,
+                      "gone": gone, "left_alex": left_alex, "left_all": left_all}))
+''')
+
+
+def test_quickstart_script_runs_unchanged_after_swapping_the_import(tmp_path):
+    script = QUICKSTART.replace("from mem0 import Memory", "from causalmem.integrations.mem0 import Memory")
+    assert script.count("\n") == QUICKSTART.count("\n") and script != QUICKSTART  # only the import changed
+    (tmp_path / "quickstart.py").write_text(script)
+    env = dict(os.environ, PYTHONPATH=str(REPO), CAUSALMEM_DB=str(tmp_path / "mem0.db"), HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1")
+    proc = subprocess.run([sys.executable, str(tmp_path / "quickstart.py")], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [r["event"] for r in out["added"]["results"]] == ["ADD", "ADD"]
+    assert [r["role"] for r in out["added"]["results"]] == ["user", "assistant"]
+    res = out["results"]["results"]
+    assert res and all(r["user_id"] == "alex" for r in res)
+    assert all(0.0 <= r["score"] <= 1.0 for r in res)
+    assert [r["score"] for r in res] == sorted((r["score"] for r in res), reverse=True)
+    assert {"id", "memory", "hash", "metadata", "score", "created_at", "updated_at", "user_id"} <= set(res[0])
+    assert out["related"]["results"][0]["memory"] == "Hi, I'm Alex. I love basketball and gaming."
+    assert len(out["related"]["results"]) <= 3
+    assert [r["memory"] for r in out["health"]["results"]] == ["I'm allergic to peanuts"]
+    assert out["health"]["results"][0]["metadata"] == {"category": "health"}
+    assert len(out["all"]["results"]) == 3 and not any(r["memory"].startswith("Sam") for r in out["all"]["results"])
+    assert out["specific"]["memory"] == "Hi, I'm Alex. I love basketball and gaming."
+    assert out["specific"]["metadata"] == {"category": "hobbies"} and out["specific"]["role"] == "user"
+    assert [h["event"] for h in out["history"]] == ["ADD", "UPDATE"]
+    assert out["history"][1]["old_memory"].endswith("basketball and gaming.")
+    assert out["history"][1]["new_memory"] == "I love tennis now"
+    assert out["after_update"]["memory"] == "I love tennis now"
+    assert out["after_update"]["updated_at"] >= out["after_update"]["created_at"]
+    assert out["gone"] is None
+    assert out["left_alex"] == {"results": []}
+    assert out["left_all"] == {"results": []}
+
+
+@pytest.fixture
+def m(tmp_path):
+    mem = Memory(str(tmp_path / "m.db"), embedder=None)
+    yield mem
+    mem.close()
+
+
+def test_metadata_filters_with_mem0_operators(m):
+    m.add("deploy the billing service", user_id="u", metadata={"team": "billing", "priority": 3, "tags": ["ops"]})
+    m.add("deploy the search service", user_id="u", metadata={"team": "search", "priority": 1})
+    m.add("deploy the auth service", user_id="u", metadata={"team": "auth", "priority": 5, "tags": ["sec", "ops"]})
+
+    def ids(**kw):
+        return sorted(r["metadata"]["team"] for r in m.search("deploy service", **kw)["results"])
+
+    assert ids(filters={"user_id": "u", "team": "billing"}) == ["billing"]
+    assert ids(filters={"user_id": "u", "priority": {"gte": 3}}) == ["auth", "billing"]
+    assert ids(filters={"user_id": "u", "team": {"in": ["auth", "search"]}}) == ["auth", "search"]
+    assert ids(filters={"user_id": "u", "team": {"nin": ["auth"]}}) == ["billing", "search"]
+    assert ids(filters={"user_id": "u", "team": {"ne": "auth"}, "priority": {"lt": 3}}) == ["search"]
+    assert ids(filters={"user_id": "u", "tags": {"contains": "sec"}}) == ["auth"]
+    assert ids(filters={"user_id": "u", "team": {"icontains": "BILL"}}) == ["billing"]
+    assert ids(filters={"user_id": "u", "tags": "*"}) == ["auth", "billing"]
+    assert ids(filters={"user_id": "u", "OR": [{"team": "search"}, {"priority": {"gt": 4}}]}) == ["auth", "search"]
+    assert ids(filters={"user_id": "u", "NOT": [{"team": "search"}]}) == ["auth", "billing"]
+    assert ids(filters={"user_id": "u", "AND": [{"priority": {"gt": 1}}, {"priority": {"lt": 5}}]}) == ["billing"]
+    got = m.get_all(filters={"user_id": "u", "priority": {"gt": 2}})["results"]
+    assert sorted(r["metadata"]["team"] for r in got) == ["auth", "billing"]
+    with pytest.raises(ValueError, match="regex"):
+        m.search("deploy", filters={"user_id": "u", "team": {"regex": "b.*"}})
+
+
+def test_scores_threshold_limits_and_validation(m):
+    m.add("the staging database runs postgres 16", user_id="u")
+    m.add("lunch is at noon", user_id="u")
+    res = m.search("postgres database", user_id="u")["results"]
+    assert res[0]["memory"] == "the staging database runs postgres 16"
+    assert all(0.0 <= r["score"] <= 1.0 for r in res)
+    high = m.search("postgres database", user_id="u", threshold=0.99)["results"]
+    assert all(r["score"] >= 0.99 for r in high)
+    assert len(m.search("postgres database", user_id="u", top_k=1)["results"]) == 1
+    with pytest.raises(ValueError, match="threshold"):
+        m.search("x", user_id="u", threshold=2)
+    with pytest.raises(ValueError, match="disagree"):
+        m.search("x", user_id="u", top_k=2, limit=3)
+    with pytest.raises(ValueError, match="user_id"):
+        m.search("x", user_id="u", filters={"user_id": "v"})
+    with pytest.raises(ValueError, match="delete_all"):
+        m.delete_all()
+    with pytest.raises(ValueError, match="not found"):
+        m.delete("no-such-id")
+    with pytest.raises(ValueError, match="not found"):
+        m.update("no-such-id", "text")
+    with pytest.raises(ValueError, match="role"):
+        m.add([{"content": "no role"}], user_id="u")
+    assert m.get("no-such-id") is None
+    assert m.add([{"role": "system", "content": "you are helpful"}], user_id="u") == {"results": []}
+
+
+def test_update_metadata_only_and_explain(m):
+    mid = m.add("prefers dark mode", user_id="u", metadata={"category": "ui"})["results"][0]["id"]
+    assert m.update(mid, metadata={"category": "preferences", "source": "settings"}) == {
+        "message": "Memory updated successfully!"}
+    got = m.get(mid)
+    assert got["memory"] == "prefers dark mode"
+    assert got["metadata"] == {"category": "preferences", "source": "settings"}
+    assert [r["id"] for r in m.search("dark mode", filters={"user_id": "u", "category": "preferences"})["results"]] \
+        == [mid]
+    assert m.search("dark mode", filters={"user_id": "u", "category": "ui"})["results"] == []
+    details = m.search("dark mode", user_id="u", explain=True)["results"][0]["score_details"]
+    assert "lexical_rank" in details
+
+
+def test_from_config_and_async(tmp_path):
+    cfg = {"vector_store": {"provider": "qdrant", "config": {"path": str(tmp_path / "cfg.db")}},
+           "embedder": None, "version": "v1.1"}
+    mem = Memory.from_config(cfg)
+    assert mem.memory.path == str(tmp_path / "cfg.db") and mem.memory.embedder is None
+    mem.close()
+    with pytest.raises(ValueError, match="unknown config keys"):
+        Memory.from_config({"vectorstore": {}})
+
+    async def main():
+        am = AsyncMemory.from_config({"path": str(tmp_path / "async.db"), "embedder": None})
+        added = await asyncio.gather(*(am.add(f"fact number {i}", user_id="a") for i in range(5)))
+        assert all(a["results"][0]["event"] == "ADD" for a in added)
+        res = await am.search("fact number 3", filters={"user_id": "a"}, top_k=1)
+        mid = res["results"][0]["id"]
+        assert res["results"][0]["memory"] == "fact number 3"
+        await am.update(mid, "fact number three")
+        assert (await am.get(mid))["memory"] == "fact number three"
+        assert [h["event"] for h in await am.history(mid)] == ["ADD", "UPDATE"]
+        assert len((await am.get_all(user_id="a"))["results"]) == 5
+        await am.delete(mid)
+        await am.delete_all(user_id="a")
+        assert (await am.get_all(user_id="a"))["results"] == []
+        await am.aclose()
+
+    asyncio.run(main())
