@@ -10,7 +10,7 @@ Write protocol: ``with views.write() as fx:`` opens one store transaction (neste
 savepoints) under the in-process lock; pipelines append *after-commit effects* to ``fx`` through
 the ``*_added``/``*_deleted``/... helpers below; they run only once the outermost transaction
 committed, so a rolled-back write never leaves an index ahead of the store. Another process's
-commit (``PRAGMA data_version``) is noticed at the next read or write and patched in by difference.
+commit (the store's ``data_version``) is noticed at the next read or write and patched in by difference.
 """
 from __future__ import annotations
 

@@ -1,0 +1,179 @@
+"""The layout's promises, checked on the source tree: no import cycle inside ``causalmem``, SQL only
+in the store backends, no reach into a ``Memory``'s private parts outside the facade, and a typed
+public API (mypy rejects a wrong argument type in user code)."""
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "causalmem"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    """Python modules and compiled extensions (``*.pyx``) of the package."""
+    return {_module_name(p): p for p in sorted([*PKG.rglob("*.py"), *PKG.rglob("*.pyx")])}
+
+
+def _resolve(current: str, is_package: bool, level: int, module: str | None) -> str:
+    """Absolute name of a (possibly relative) ``from ... import`` target."""
+    if level == 0:
+        return module or ""
+    base = current.split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([module] if module else []))
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the package modules it imports anywhere in its body (lazy imports included)."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for name, path in mods.items():
+        is_package = path.name == "__init__.py"
+        if path.suffix != ".py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(name, is_package, node.level, node.module)
+                # "from . import x" / "from .pkg import mod" import submodules; else names of ``base``
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            for t in targets:
+                while t and t not in mods:  # "causalmem.store.base.X" -> the module that defines it
+                    t = t.rpartition(".")[0]
+                if t and t != name:
+                    graph[name].add(t)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path [a, b, ..., a], or None (iterative DFS, white/grey/black)."""
+    colour = dict.fromkeys(graph, 0)
+    for start in sorted(graph):
+        if colour[start]:
+            continue
+        stack = [(start, iter(sorted(graph[start])))]
+        path = [start]
+        colour[start] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                colour[node] = 2
+                stack.pop()
+                path.pop()
+            elif colour[nxt] == 1:
+                return path[path.index(nxt):] + [nxt]
+            elif colour[nxt] == 0:
+                colour[nxt] = 1
+                stack.append((nxt, iter(sorted(graph[nxt]))))
+                path.append(nxt)
+    return None
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycle(g) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_import_graph_sees_lazy_and_relative_imports():
+    g = import_graph()
+    assert "causalmem.store.sqlite" in g["causalmem.store"]
+    assert "causalmem.store.base" in g["causalmem.views"]
+    assert "causalmem.memory" in g["causalmem.cli"]  # imported inside a function
+    assert "causalmem.retrieval" in g["causalmem.memory"]  # "from . import retrieval"
+
+
+def test_causalmem_has_no_import_cycle():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+_SQL = re.compile(r"\b(SELECT\s+\S|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|INDEX)|"
+                  r"PRAGMA\s+\w)", re.IGNORECASE)
+_SQL_HOMES = {"causalmem/store/sqlite.py", "causalmem/store/postgres.py"}
+
+
+def test_sql_only_in_store_backends():
+    offenders = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in _SQL_HOMES:
+            continue
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if _SQL.search(line):
+                offenders.append(f"{rel}:{i}: {line.strip()}")
+    assert not offenders, "SQL outside the store backends:\n" + "\n".join(offenders)
+
+
+_MEMORY_PRIVATE = re.compile(r"\b(mem|memory|self\.memory|self\._memory|self\._mem|m)\._[a-z]\w*")
+
+
+def test_no_reach_into_memory_privates_outside_the_facade():
+    offenders = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "causalmem/memory.py":
+            continue
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if _MEMORY_PRIVATE.search(line):
+                offenders.append(f"{rel}:{i}: {line.strip()}")
+    assert not offenders, "private Memory attributes used outside memory.py:\n" + "\n".join(offenders)
+
+
+_GOOD = """
+from causalmem import CausalMemError, Hit, Memory
+
+mem: Memory = Memory(":memory:", embedder=None)
+hits: list[Hit] = mem.search("deploy", top_k=3)
+edge = mem.record_decision("deploy without tests", "production crash")
+confidence: float = edge.confidence
+err: type[Exception] = CausalMemError
+"""
+
+_BAD = """
+from causalmem import Memory
+
+mem = Memory(":memory:", embedder=None)
+mem.search(42)
+"""
+
+
+@pytest.mark.skipif(shutil.which("mypy") is None and subprocess.run(
+    [sys.executable, "-c", "import mypy"], capture_output=True).returncode != 0, reason="mypy not installed")
+def test_mypy_sees_the_public_api(tmp_path):
+    (tmp_path / "good.py").write_text(_GOOD)
+    (tmp_path / "bad.py").write_text(_BAD)
+    # causalmem is followed silently (its own errors are ``mypy causalmem``'s business); numpy and
+    # scipy are not followed at all, which keeps this check to seconds.
+    (tmp_path / "mypy.ini").write_text("[mypy]\nfollow_imports = silent\nignore_missing_imports = True\n"
+                                       "[mypy-numpy.*,scipy.*]\nfollow_imports = skip\n")
+    env = dict(os.environ, MYPYPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "mypy.ini", "--no-error-summary",
+         "--cache-dir", str(tmp_path / ".mypy_cache"), "good.py", "bad.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert errors and all(line.startswith("bad.py:5:") for line in errors), out
+    assert 'Argument 1 to "search" of "Memory" has incompatible type "int"; expected "str"' in out, out
