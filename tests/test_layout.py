@@ -40,15 +40,29 @@ def _resolve(current: str, is_package: bool, level: int, module: str | None) -> 
     return ".".join(base + ([module] if module else []))
 
 
+def _runtime_nodes(tree: ast.AST):
+    """Every node except the bodies of ``if TYPE_CHECKING:`` blocks (never executed)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                todo.extend(child.orelse)
+                continue
+            todo.append(child)
+
+
 def import_graph() -> dict[str, set[str]]:
-    """module -> the package modules it imports anywhere in its body (lazy imports included)."""
+    """module -> the package modules it imports at run time anywhere in its body (lazy imports
+    included; imports only for type checkers, under ``if TYPE_CHECKING:``, never run and are left out)."""
     mods = _modules()
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for name, path in mods.items():
         is_package = path.name == "__init__.py"
         if path.suffix != ".py":
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -101,6 +115,7 @@ def test_import_graph_sees_lazy_and_relative_imports():
     assert "causalmem.store.base" in g["causalmem.views"]
     assert "causalmem.memory" in g["causalmem.cli"]  # imported inside a function
     assert "causalmem.retrieval" in g["causalmem.memory"]  # "from . import retrieval"
+    assert "causalmem.memory" not in g["causalmem"]  # only under TYPE_CHECKING there
 
 
 def test_causalmem_has_no_import_cycle():

@@ -6,14 +6,16 @@ import shutil
 import subprocess
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import style
-from .subgraph import SubGraph
+
+if TYPE_CHECKING:  # pragma: no cover  (SubGraph's to_dot/to_networkx import this module: no runtime cycle)
+    from .subgraph import SubGraph
 
 
 def _check(sg: Any) -> SubGraph:
-    if not isinstance(sg, SubGraph):
+    if type(sg).__name__ != "SubGraph" or not all(hasattr(sg, a) for a in ("nodes", "edges", "as_dict")):
         raise TypeError(f"sg must be a causalmem.viz.SubGraph, got {type(sg).__name__}")
     return sg
 
