@@ -1,4 +1,4 @@
-"""Command line: ``causalmem record | search | search-causal | trace | what-if | stats | sleep | demo``."""
+"""Command line: ``causalmem record | search | search-causal | trace | what-if | stats | sleep | demo | show | ui``."""
 from __future__ import annotations
 
 import argparse
@@ -139,6 +139,53 @@ def cmd_mcp(args, out) -> int:
     return serve(args.db, semantic=args.semantic)
 
 
+def _open_existing(args: argparse.Namespace):
+    """The database named by --db (or the default) without creating it: pictures only read."""
+    path = args.db or default_db()
+    if path != ":memory:" and not Path(path).exists():
+        raise ValueError(f"--db: no database at {path!r}")
+    return _open(args)
+
+
+def cmd_show(args, out) -> int:
+    from .viz import what_if_graph, write_picture
+
+    suffix = Path(args.out).suffix.lower()
+    if suffix not in (".svg", ".html", ".htm", ".dot"):
+        raise ValueError(f"--out must end in .svg, .html or .dot, got {args.out!r}")
+    with _open_existing(args) as mem:
+        if args.mode == "what-if":
+            sg = what_if_graph(mem, args.query, max_depth=args.depth or 3, limit=args.limit or 5,
+                               user_id=args.user_id)
+        else:
+            sg = mem.subgraph(args.query, depth=args.depth or 2, direction=args.mode, limit=args.limit or 50,
+                              user_id=args.user_id)
+        try:
+            write_picture(sg, args.out)
+        except RuntimeError as exc:  # Graphviz missing or failing
+            print(f"causalmem: error: {exc}", file=sys.stderr)
+            return 2
+    label = f", label {sg.label}" if sg.label else ""
+    print(f"wrote {args.out}: {len(sg.nodes)} memories, {len(sg.edges)} edges{label}", file=out)
+    return 0
+
+
+def cmd_ui(args, out) -> int:
+    from .viz.server import serve
+
+    with _open_existing(args) as mem:
+        def ready(url: str) -> None:
+            mode = "writable" if args.writable else "read-only"
+            print(f"causalmem inspector ({mode}) on {url}  - Ctrl-C to stop", file=out, flush=True)
+            if args.open:
+                import webbrowser
+
+                webbrowser.open(url)
+
+        serve(mem, port=args.port, writable=args.writable, ready=ready)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="causalmem", description="Long-term causal memory for AI agents.")
     p.add_argument("--db", help="database file (default: $CAUSALMEM_DB or the user data directory)")
@@ -181,6 +228,19 @@ def build_parser() -> argparse.ArgumentParser:
         func=cmd_demo)
     sub.add_parser("mcp", help="serve the memory to MCP clients over stdio (needs causalmem[mcp])").set_defaults(
         func=cmd_mcp)
+    sh = sub.add_parser("show", help="draw the causal picture of a query: .svg (Graphviz), .html or .dot")
+    sh.add_argument("query")
+    sh.add_argument("--out", required=True, help="chain.svg (needs Graphviz), chain.html (self-contained) or .dot")
+    sh.add_argument("--mode", choices=["forward", "reverse", "both", "what-if"], default="forward",
+                    help="forward: what follows; reverse: what caused it; what-if: the chains behind the label")
+    sh.add_argument("--depth", type=int, help="hops from the query (default 2; what-if: chain depth, default 3)")
+    sh.add_argument("--limit", type=int, help="most memories drawn (default 50; what-if: outcomes, default 5)")
+    sh.set_defaults(func=cmd_show)
+    u = sub.add_parser("ui", help="serve a local inspector page on 127.0.0.1 (read-only unless --writable)")
+    u.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free port)")
+    u.add_argument("--writable", action="store_true", help="allow feedback and sleep from the page")
+    u.add_argument("--open", action="store_true", help="open the page in the default browser")
+    u.set_defaults(func=cmd_ui)
     for sp in sub.choices.values():
         # Accept --db/--semantic after the subcommand too; SUPPRESS keeps the top-level value.
         sp.add_argument("--db", dest="db", default=argparse.SUPPRESS, help="database file")

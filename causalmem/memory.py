@@ -393,3 +393,16 @@ class Memory:
             if not dry_run:  # Q-values, retired edges, merged chunks: re-read, patch indexes by difference
                 self._views.after_bulk_change()
             return report
+
+    def last_sleep_report(self) -> dict[str, Any] | None:
+        """Counts of the last committed ``sleep()`` (``now``: when it ran), or None before the first."""
+        with self._lock:
+            return consolidation.last_report(self._store)
+
+    # ------------------------------------------------------------------ pictures
+    def subgraph(self, query_or_ids: str | Sequence[str], *, depth: int = 2, direction: str = "both",
+                 limit: int = 50, **kwargs: Any) -> Any:
+        """Nodes and edges around a query or chunk ids, the data behind every picture (``causalmem.viz.subgraph``)."""
+        from .viz import subgraph  # imported on use: viz reads through this facade's public API
+
+        return subgraph(self, query_or_ids, depth=depth, direction=direction, limit=limit, **kwargs)

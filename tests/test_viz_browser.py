@@ -143,3 +143,15 @@ def test_inspector_memories_by_scope_with_history(inspector, tmp_path):
     buttons = [unescape(b) for b in re.findall(r"<button[^>]*>([^<]*)</button>", dom)]
     assert any(b.startswith("user eve — 4 memories") for b in buttons), buttons
     assert any(b.startswith("user (none) — 14 memories") for b in buttons), buttons
+
+
+def test_inspector_sleep_and_stats_tabs(inspector, tmp_path):
+    srv, _ = inspector
+    dom = chromium(srv.url + "?tab=sleep", tmp_path, dump_dom=True)
+    assert 'data-ready="yes"' in dom
+    cells = [unescape(c) for c in re.findall(r"<td[^>]*>([^<]*)</td>", dom)]
+    i = cells.index("protected")
+    assert int(cells[i + 1]) > 0 and "reactivated" in cells and "ran at" in cells
+    dom = chromium(srv.url + "?tab=stats", tmp_path, dump_dom=True)
+    cells = [unescape(c) for c in re.findall(r"<td[^>]*>([^<]*)</td>", dom)]
+    assert cells[cells.index("edges") + 1] == "13" and cells[cells.index("writable") + 1] == "false"

@@ -121,6 +121,8 @@ def test_api_answers_search_what_if_scopes_memories_history_and_sleep(server):
                       ("update", "pin the base image", "pin the base image digest")]
     assert d["edges"][0]["other_text"] == "reproducible builds" and d["edges"][0]["direction"] == "out"
 
+    status, last = client.get("/api/sleep")
+    assert status == 200 and last["report"]["protected"] > 0 and last["report"]["dry_run"] is False
     status, sl = client.get("/api/sleep", preview=1)
     assert status == 200 and sl["preview"] and sl["report"]["dry_run"] is True
 

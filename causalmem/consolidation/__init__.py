@@ -50,10 +50,10 @@ rows that changed (``benchmarks/bench_sleep.py``: 100k edges â‰ˆ 2 s, 1M edges â
 """
 from __future__ import annotations
 
-from .cycle import ACTIONS, LAST_REPORT_KEY, LAST_SLEEP_KEY, MAX_JUDGE_CALLS, sleep
+from .cycle import ACTIONS, LAST_REPORT_KEY, LAST_SLEEP_KEY, MAX_JUDGE_CALLS, last_report, sleep
 from .mining import MAX_PATTERN_CANDIDATES, MAX_PATTERN_GROUP, PATTERN_JACCARD, jaccard_pairs, token_diversity
 from .report import _Progress, format_report
 
-__all__ = ["sleep", "format_report", "token_diversity", "jaccard_pairs", "ACTIONS", "LAST_SLEEP_KEY",
+__all__ = ["sleep", "last_report", "format_report", "token_diversity", "jaccard_pairs", "ACTIONS", "LAST_SLEEP_KEY",
            "LAST_REPORT_KEY", "MAX_JUDGE_CALLS", "PATTERN_JACCARD", "MAX_PATTERN_GROUP", "MAX_PATTERN_CANDIDATES",
            "_Progress"]

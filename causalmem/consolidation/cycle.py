@@ -19,7 +19,7 @@ from .supersession import run_judge, supersession_pairs
 
 log = logging.getLogger("causalmem")
 
-__all__ = ["sleep", "ACTIONS", "LAST_SLEEP_KEY", "LAST_REPORT_KEY", "MAX_JUDGE_CALLS"]
+__all__ = ["sleep", "last_report", "ACTIONS", "LAST_SLEEP_KEY", "LAST_REPORT_KEY", "MAX_JUDGE_CALLS"]
 
 DAY = 86400.0
 NOVELTY_WINDOW = 64
@@ -28,6 +28,14 @@ MAX_JUDGE_CALLS = 200  # per cycle for judges without a cheap pre-filter; the re
 PROGRESS_MIN_ROWS = 50_000
 LAST_SLEEP_KEY = "last_sleep_at"
 LAST_REPORT_KEY = "last_sleep_report"
+
+
+def last_report(store) -> dict[str, Any] | None:
+    """The counts the last committed cycle stored (``now``: when it ran), or None before the first."""
+    raw = store.get_meta(LAST_REPORT_KEY)
+    return None if raw is None else json.loads(raw)
+
+
 ACTIONS = ("annotate", "retire")
 REDIRECT_SUBTYPE = "refines"  # src = superseded chunk, dst = the chunk that refines / replaces it
 REDIRECT_CONFIDENCE = 0.9

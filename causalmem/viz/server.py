@@ -198,11 +198,9 @@ class Inspector:
         if p.text("preview") in ("1", "true", "yes"):
             report = self.mem.sleep(dry_run=True)  # one transaction, rolled back: nothing written
             return {"report": _clean(asdict(report)), "preview": True}
-        getter = getattr(self.mem, "last_sleep_report", None)
-        if not callable(getter):
-            return {"report": None, "preview": False,
-                    "note": "this version of Memory does not expose the last sleep report"}
-        return {"report": _clean(getter()), "preview": False}
+        report = self.mem.last_sleep_report()
+        return {"report": _clean(report), "preview": False,
+                "note": None if report is not None else "no sleep has run on this memory yet"}
 
     # ---------------------------------------------------------------- writes (writable=True only)
     def feedback(self, body: Mapping[str, Any]) -> Any:

@@ -233,6 +233,7 @@
     return api("/api/memory", {id: id}).then(function (data) {
       var m = data.memory;
       $("detail").hidden = false;
+      $("memories-split").className = "split with-detail";
       $("detail-text").textContent = m.text;
       var f = $("detail-fields");
       clear(f);
@@ -281,6 +282,7 @@
         v = Object.keys(v).map(function (s) { return s + " " + num(v[s], 3) + "s"; }).join(", ");
       } else if (k === "now") {
         v = when(v);
+        k = "ran at";
       } else if (typeof v === "number" && !Number.isInteger(v)) {
         v = num(v);
       }
