@@ -67,6 +67,8 @@ class Config:
     max_top_k: int = 1000
     # SQLite
     busy_timeout_ms: int = 30000
+    # sleep: wall-clock seconds one cycle may spend asking a slow (LLM) judge; the rest waits
+    sleep_llm_budget: float = 120.0
 
     def __post_init__(self) -> None:
         if self.rebuild_writes < 1:
@@ -75,6 +77,9 @@ class Config:
             raise ValueError(f"rebuild_seconds must be >= 0, got {self.rebuild_seconds}")
         if not 0.0 <= self.q_init <= 1.0:
             raise ValueError(f"q_init must be in [0, 1], got {self.q_init}")
+        if isinstance(self.sleep_llm_budget, bool) or not isinstance(self.sleep_llm_budget, (int, float)) \
+                or not 0 < self.sleep_llm_budget < float("inf"):
+            raise ValueError(f"sleep_llm_budget must be a positive number of seconds, got {self.sleep_llm_budget!r}")
 
 
 def default_db() -> str:

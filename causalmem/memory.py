@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import logging
 import math
 import os
 import threading
@@ -22,14 +23,17 @@ from .errors import ConfigurationError
 from .projection import Projection
 from .store import Store
 from .store.base import ChunkRow, EdgeRow
-from .types import SOURCES_CONFIDENCE, Activation, Chunk, Edge, Hit, InterventionReport, Relation, SleepReport, \
-    to_timestamp
+from .judges import MAX_DISTILLED_ITEMS, validate_distilled
+from .types import SOURCES_CONFIDENCE, Activation, AddResult, Chunk, Edge, Hit, InterventionReport, Relation, \
+    SleepReport, to_timestamp
 from .views import Views
 
 if TYPE_CHECKING:  # pragma: no cover
     from .semantic import Embedder, VectorIndex
 
 __all__ = ["Memory"]
+
+log = logging.getLogger("causalmem")
 
 _GET_ALL_FILTERS = ("user_id", "agent_id", "run_id", "session_id", "kind")
 
@@ -229,8 +233,14 @@ class Memory:
 
     def add(self, messages: Any, *, user_id: str | None = None, agent_id: str | None = None,
             run_id: str | None = None, session_id: str | None = None, metadata: Mapping[str, Any] | None = None,
-            event_time: float | _dt.datetime | None = None, infer: bool = False) -> list[Chunk]:
-        """Store each turn of a conversation as its own chunk, linked in order by temporal edges."""
+            event_time: float | _dt.datetime | None = None, infer: bool = False) -> AddResult:
+        """Store each turn of a conversation as its own chunk, linked in order by temporal edges.
+
+        ``infer=True`` also stores what the distiller extracts (asked before the lock is taken).
+        The turns are stored whatever the distiller does: a failed call or an unusable answer is
+        logged and reported in ``distill_error``, bad items are skipped and listed in
+        ``distill_skipped``, at most the distiller's ``max_items`` (default 50) are kept.
+        """
         turns = ingest.normalize_messages(messages)
         scope = w.check_scope(user_id, agent_id, run_id)
         if session_id is not None and (not isinstance(session_id, str) or not session_id):
@@ -242,17 +252,31 @@ class Memory:
             raise ConfigurationError(
                 "add(..., infer=True) needs an LLM distiller: pass Memory(distiller=LLMDistiller(...)) or set "
                 "CAUSALMEM_LLM_BASE_URL and use causalmem.LLMDistiller.from_env()")
-        distilled = self.distiller.distill([{"speaker": s, "text": t} for s, t, _ in turns]) if infer else []
+        distilled: list[Any] = []
+        skipped: list[str] = []
+        error: str | None = None
+        if infer:
+            try:
+                answer = self.distiller.distill([{"speaker": s, "text": t} for s, t, _ in turns])
+            except Exception as exc:  # the turns are stored anyway; the failure is reported
+                error = f"{type(exc).__name__}: {exc}"
+                log.warning("causalmem: distiller failed, storing the turns only: %s", error)
+            else:
+                max_items = getattr(self.distiller, "max_items", MAX_DISTILLED_ITEMS)
+                checked = validate_distilled(answer, max_items=max_items if isinstance(max_items, int)
+                                             and not isinstance(max_items, bool) and max_items >= 1
+                                             else MAX_DISTILLED_ITEMS)
+                distilled, skipped = list(checked), list(checked.skipped)
         session = session_id or w.new_session_id()
         rows = w.turn_rows(turns, scope=scope, session=session, metadata=metadata, event_time=et,
                            q_init=self.config.q_init)
         vecs = self._views.encode([r["text"] for r in rows])
         with self._views.write() as fx:
             chunks = w.add_turns(self._views, fx, rows, scope, session, vecs)
-            if distilled:
-                w.apply_distilled(self._views, fx, distilled, scope, et)
+            not_stored = w.apply_distilled(self._views, fx, distilled, scope, et) if distilled else []
             self._views.count_write(fx)
-        return chunks
+        return AddResult(chunks, distilled=len(distilled) - len(not_stored), distill_skipped=skipped + not_stored,
+                         distill_error=error)
 
     # ------------------------------------------------------------------ reads
     def get_all(self, filters: Mapping[str, Any] | None = None, *, limit: int = 100,
@@ -382,14 +406,30 @@ class Memory:
         return q
 
     def sleep(self, *, dry_run: bool = False, now: float | _dt.datetime | None = None, judge: Any = None,
-              min_diversity: float = 0.0, action: str = "annotate", progress: bool = False) -> SleepReport:
-        """One consolidation cycle (SPEC §6), in one transaction; ``dry_run`` writes nothing."""
+              min_diversity: float = 0.0, action: str = "annotate", progress: bool = False,
+              llm_budget: float | None = None) -> SleepReport:
+        """One consolidation cycle (SPEC §6), in one transaction; ``dry_run`` writes nothing.
+
+        A slow judge (an LLM: no ``might_supersede`` pre-filter) is asked with the lock released —
+        other calls on this ``Memory`` go on meanwhile — for at most ``llm_budget`` seconds
+        (default ``Config.sleep_llm_budget``); pairs not asked wait for the next sleep
+        (``SleepReport.judge_deferred``), verdicts whose edges changed meanwhile are not applied.
+        """
         ts = to_timestamp(now, name="now") if now is not None else self.now()
+        budget = self.config.sleep_llm_budget if llm_budget is None else llm_budget
+        judge = consolidation.check_sleep_args(now=ts, judge=judge or self.judge, min_diversity=min_diversity,
+                                               action=action, llm_budget=budget)
+        verdicts = None
         with self._lock:
             self._views.sync_external()
-            report = consolidation.sleep(self._store, config=self.config, now=ts, dry_run=dry_run,
-                                         judge=judge or self.judge, min_diversity=min_diversity, action=action,
-                                         progress=progress)
+            plan = consolidation.plan_slow_judging(self._store, judge, min_diversity=min_diversity)
+        if plan is not None:  # never hold the lock across a network call
+            verdicts = consolidation.ask_judge(judge, plan, budget=budget)
+        with self._lock:
+            self._views.sync_external()
+            report = consolidation.sleep(self._store, config=self.config, now=ts, dry_run=dry_run, judge=judge,
+                                         min_diversity=min_diversity, action=action, progress=progress,
+                                         llm_budget=budget, verdicts=verdicts)
             if not dry_run:  # Q-values, retired edges, merged chunks: re-read, patch indexes by difference
                 self._views.after_bulk_change()
             return report

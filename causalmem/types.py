@@ -210,6 +210,7 @@ class SleepReport:
     superseded: int = 0
     annotated: int = 0
     judge_failures: int = 0
+    judge_deferred: int = 0  # supersession pairs left for the next sleep (call cap, LLM budget, edges changed)
     merged: int = 0
     patterns: int = 0
     decayed: int = 0
@@ -221,6 +222,19 @@ class SleepReport:
     hebbian_dropped: int = 0
     dry_run: bool = False
     elapsed: Mapping[str, float] = field(default_factory=dict)
+
+
+class AddResult(list):
+    """What ``Memory.add`` returns: the stored turns (it *is* that list of ``Chunk``) and how
+    distillation went: ``distilled`` items stored, ``distill_skipped`` one reason per item left
+    out, ``distill_error`` why the distiller gave nothing (``None`` when it answered)."""
+
+    def __init__(self, chunks: Any = (), *, distilled: int = 0, distill_skipped: Any = (),
+                 distill_error: str | None = None) -> None:
+        super().__init__(chunks)
+        self.distilled = distilled
+        self.distill_skipped: list[str] = list(distill_skipped)
+        self.distill_error = distill_error
 
 
 def to_timestamp(value: "float | int | _dt.datetime | None", *, name: str = "time") -> float | None:

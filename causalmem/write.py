@@ -7,6 +7,7 @@ facade (``ingest`` checks); what is validated here is what only a batch knows (`
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -16,6 +17,8 @@ from . import ingest
 from .store.base import ChunkRow, EdgeRow
 from .types import SOURCES_CONFIDENCE, Chunk, Edge, Relation, to_timestamp
 from .views import Effects, NewChunk, NewEdge, Scope, Views
+
+log = logging.getLogger("causalmem")
 
 __all__ = [
     "validated_record", "parse_record_items", "record_batch", "get_or_create_chunk", "insert_edge",
@@ -344,22 +347,43 @@ def add_turns(views: Views, fx: Effects, rows: list[dict[str, Any]], scope: Scop
                   session_id=session, metadata=r["metadata"]) for c, r in zip(created, rows)]
 
 
-def apply_distilled(views: Views, fx: Effects, items: Sequence[Any], scope: Scope, et: float | None) -> None:
-    """Causal pairs, facts and lessons an LLM distiller extracted from a conversation."""
-    for item in items:
-        kind = getattr(item, "kind", None)
-        text = getattr(item, "text", None)
-        if not isinstance(text, str) or not text.strip():
-            continue
-        decision = getattr(item, "decision", None)
-        if kind == "causal" and isinstance(decision, str) and decision.strip() and decision != text:
-            rel = getattr(item, "relation", None) or "caused"
-            try:
-                Relation.parse(rel)
-            except ValueError:
-                rel = "caused"
-            a = validated_record(decision, text, rel, "distill", None, None, getattr(item, "task_tag", None),
-                                 et, *scope)
-            record_batch(views, fx, [a])
-        elif kind in ("fact", "lesson"):
-            get_or_create_chunk(views, fx, text, kind, scope, event_time=et, metadata={"source": "distill"})
+def apply_distilled(views: Views, fx: Effects, items: Sequence[Any], scope: Scope, et: float | None) -> list[str]:
+    """Causal pairs, facts and lessons an LLM distiller extracted from a conversation.
+
+    Each item is written in its own savepoint: one that cannot be stored is rolled back (its
+    in-memory effects dropped), logged and returned as a reason; the turns and the other items
+    stay. Returns the reasons of the items skipped.
+    """
+    skipped: list[str] = []
+    for i, item in enumerate(items):
+        mark = len(fx)
+        try:
+            with views.store.transaction():  # nested: a savepoint
+                _apply_distilled_item(views, fx, item, scope, et)
+        except (ValueError, TypeError) as exc:
+            del fx[mark:]
+            skipped.append(f"item {i}: {exc}")
+            log.warning("causalmem: distilled item %d not stored: %s", i, exc)
+    return skipped
+
+
+def _apply_distilled_item(views: Views, fx: Effects, item: Any, scope: Scope, et: float | None) -> None:
+    kind = getattr(item, "kind", None)
+    text = getattr(item, "text", None)
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("text must be a non-empty string")
+    decision = getattr(item, "decision", None)
+    if kind == "causal" and isinstance(decision, str) and decision.strip() and decision != text:
+        rel = getattr(item, "relation", None) or "caused"
+        try:
+            Relation.parse(rel)
+        except ValueError:
+            rel = "caused"
+        a = validated_record(decision, text, rel, "distill", None, None, getattr(item, "task_tag", None),
+                             et, *scope)
+        record_batch(views, fx, [a])
+    elif kind in ("fact", "lesson"):
+        ingest.check_text(text, "text")
+        get_or_create_chunk(views, fx, text, kind, scope, event_time=et, metadata={"source": "distill"})
+    else:
+        raise ValueError(f"kind must be fact, lesson or causal (with a decision), got {kind!r}")

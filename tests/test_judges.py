@@ -1,6 +1,8 @@
 """Judges, distillers and the OpenAI-compatible client against a real local HTTP server."""
 from __future__ import annotations
 
+import json
+import threading
 import time
 
 import pytest
@@ -349,12 +351,13 @@ def test_distiller_over_http_wired_into_add(tmp_path, llm):
         llm.reply('Sure: [{"kind": "fact", "text": "Mel likes Kafka"}, {"kind": 7},]')
         mem.add("I like Kafka", user_id="mel", infer=True)
         assert any(c.text == "Mel likes Kafka" for c in mem.get_all(user_id="mel", kind="fact"))
-        # an unusable answer fails the add (nothing half-written)
+        # an unusable answer: the turn is stored all the same, the failure reported
         before = mem.stats()["chunks"]
         llm.reply("no idea")
-        with pytest.raises(LLMError):
-            mem.add("something else", user_id="mel", infer=True)
-        assert mem.stats()["chunks"] == before
+        stored = mem.add("something else", user_id="mel", infer=True)
+        assert [c.text for c in stored] == ["something else"] and stored.distilled == 0
+        assert "not JSON" in stored.distill_error
+        assert mem.stats()["chunks"] == before + 1
 
 
 def test_infer_without_distiller_is_a_configuration_error(tmp_path):
@@ -362,3 +365,182 @@ def test_infer_without_distiller_is_a_configuration_error(tmp_path):
         with pytest.raises(ConfigurationError):
             mem.add("hello", infer=True)
         assert mem.stats()["chunks"] == 0
+
+
+# ------------------------------------------------------------------------------ add(infer=True) never loses turns
+
+
+@pytest.mark.parametrize("answer", ["no idea", "[" * 50_000 + "]" * 50_000, '{"items": "not a list"}', "500"],
+                         ids=["prose", "nested-too-deep", "wrong-shape", "http-500"])
+def test_distiller_garbage_still_stores_the_turns(tmp_path, llm, answer):
+    if answer == "500":
+        llm.fail(500).fail(500)
+    else:
+        llm.reply(answer)
+    distiller = LLMDistiller(llm.base_url, retries=1, backoff=0.01)
+    with Memory(tmp_path / "m.db", clock=lambda: T, embedder=None, distiller=distiller) as mem:
+        out = mem.add([{"role": "user", "content": "we rolled back the deploy"},
+                       {"role": "assistant", "content": "noted, the error rate dropped"}], user_id="u", infer=True)
+        assert len(out) == 2 and "rolled back the deploy" in out[0].text and "error rate dropped" in out[1].text
+        assert out.distilled == 0 and out.distill_error and "LLMError" in out.distill_error
+        assert [c.kind for c in mem.get_all(user_id="u")] == ["turn", "turn"]
+        assert mem.search("rolled back deploy", user_id="u", reinforce=False)
+
+
+def test_bad_distilled_items_are_skipped_and_reported(tmp_path, llm):
+    items = [{"kind": "fact", "text": "Ana owns the billing service"},
+             {"kind": "fact", "text": "lone \ud800 surrogate"},
+             {"kind": "causal", "text": "no decision here"},
+             {"kind": "lesson", "text": "check the queue depth before scaling down"}]
+    items += [{"kind": "fact", "text": f"filler fact {i}"} for i in range(500)]
+    llm.reply(json.dumps(items))
+    with Memory(tmp_path / "m.db", clock=lambda: T, embedder=None,
+                distiller=LLMDistiller(llm.base_url, retries=0, max_items=10)) as mem:
+        out = mem.add("Ana: I own billing; check the queue before scaling down", user_id="ana", infer=True)
+        assert len(out) == 1 and out.distill_error is None
+        assert out.distilled == 10
+        assert len(out.distill_skipped) == 3 and "beyond max_items=10" in out.distill_skipped[-1]
+        kinds = [c.kind for c in mem.get_all(user_id="ana", limit=1000)]
+        assert kinds.count("turn") == 1 and kinds.count("fact") + kinds.count("lesson") == 10
+
+
+def test_custom_distillers_that_misbehave(tmp_path):
+    class Raises:
+        def distill(self, turns):
+            raise RuntimeError("model crashed")
+
+    class Junk:
+        max_items = 2
+
+        def distill(self, turns):
+            return [DistilledItem("fact", "kept one"), "junk", DistilledItem("fact", "bad\x00nul"),
+                    DistilledItem("lesson", "kept two"), DistilledItem("fact", "over the cap")]
+
+    class NotAList:
+        def distill(self, turns):
+            return 42
+
+    with Memory(tmp_path / "m.db", clock=lambda: T, embedder=None, distiller=Raises()) as mem:
+        out = mem.add("first turn", user_id="a", infer=True)
+        assert len(out) == 1 and out.distill_error == "RuntimeError: model crashed"
+        mem.distiller = Junk()
+        out = mem.add("second turn", user_id="a", infer=True)
+        assert out.distilled == 2 and len(out.distill_skipped) == 3
+        assert {c.text for c in mem.get_all(user_id="a", kind="fact")} == {"kept one"}
+        mem.distiller = NotAList()
+        out = mem.add("third turn", user_id="a", infer=True)
+        assert out.distilled == 0 and out.distill_skipped == ["distiller returned int, not a list of items"]
+        assert len(mem.get_all(user_id="a", kind="turn")) == 3
+
+
+def test_a_distilled_item_the_store_refuses_is_rolled_back_alone(tmp_path):
+    from causalmem import write as w
+
+    with Memory(tmp_path / "m.db", clock=lambda: T, embedder=None) as mem:
+        views = mem._views
+        with views.write() as fx:
+            skipped = w.apply_distilled(views, fx, [DistilledItem("fact", "good fact"),
+                                                    DistilledItem("causal", "outcome", decision="bad\x00decision"),
+                                                    DistilledItem("lesson", "good lesson")], (None, None, None), None)
+        assert len(skipped) == 1 and "item 1" in skipped[0]
+        texts = {c.text for c in mem.get_all(limit=100)}
+        assert texts == {"good fact", "good lesson"}
+        assert mem.search("good fact", reinforce=False)[0].text == "good fact"
+
+
+# ------------------------------------------------------------------------------ sleep: the judge outside the lock
+
+
+class _Watched:
+    """A judge wrapper that says when the inner judge's call has returned."""
+
+    remember_negative = True
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.returned = threading.Event()
+
+    def decide(self, *args, **kwargs):
+        try:
+            return self.inner.decide(*args, **kwargs)
+        finally:
+            self.returned.set()
+
+
+def _stalled_endpoint(llm):
+    asked, release = threading.Event(), threading.Event()
+
+    def answer(body):
+        asked.set()
+        release.wait(30)  # fail-safe only: the test releases it
+        return '{"supersedes": true, "reasoning": "late but sure"}'
+
+    llm.default = answer
+    return asked, release
+
+
+def test_search_does_not_wait_for_an_unresponsive_judge(tmp_path, llm):
+    asked, release = _stalled_endpoint(llm)
+    judge = _Watched(_judge(llm, timeout=60.0, retries=0))
+    with Memory(tmp_path / "m.db", clock=lambda: T, embedder=None) as mem:
+        old, new = _two_outcomes(mem)
+        done = {}
+        sleeper = threading.Thread(target=lambda: done.setdefault("report", mem.sleep(now=T + DAY, judge=judge)))
+        sleeper.start()
+        try:
+            assert asked.wait(30), "the judge endpoint was never called"
+            hits = mem.search("switched the cache backend")     # same Memory, another thread
+            edge = mem.record_decision("warmed the cache", "cold starts vanished")
+            stats = mem.stats()
+            assert not judge.returned.is_set(), "search waited for the judge call"
+        finally:
+            release.set()
+            sleeper.join(60)
+        assert hits and hits[0].text == "switched the cache backend 0"
+        assert edge.valid and stats["edges"] >= 3
+        report = done["report"]
+        assert report.superseded == 1 and mem.get_edge(old.id).superseded_by == new.id
+
+
+def test_a_verdict_on_edges_changed_meanwhile_is_not_applied(tmp_path, llm):
+    asked, release = _stalled_endpoint(llm)
+    judge = _judge(llm, timeout=60.0, retries=0)
+    with Memory(tmp_path / "m.db", clock=lambda: T, embedder=None) as mem:
+        old, new = _two_outcomes(mem)
+        done = {}
+        sleeper = threading.Thread(target=lambda: done.setdefault("report", mem.sleep(now=T + DAY, judge=judge)))
+        sleeper.start()
+        try:
+            assert asked.wait(30)
+            mem.invalidate(new.id, "turned out to be a measuring error")  # while the judge thinks
+        finally:
+            release.set()
+            sleeper.join(60)
+        report = done["report"]
+        assert report.superseded == 0 and report.judge_deferred == 1
+        assert mem.get_edge(old.id).superseded_by is None and mem.get_edge(old.id).valid
+        # not remembered as decided: once the newer edge is back, the pair is asked again
+        mem.restore(new.id)
+        llm.default = '{"supersedes": true, "reasoning": "asked again"}'
+        assert mem.sleep(now=T + 2 * DAY, judge=judge).superseded == 1
+
+
+def test_sleep_llm_budget_leaves_pairs_for_the_next_sleep(tmp_path, llm):
+    for _ in range(4):
+        llm.stall(0.5, '{"supersedes": true, "reasoning": "slow"}')
+    judge = _judge(llm, timeout=5.0, retries=0)
+    with Memory(tmp_path / "m.db", clock=lambda: T, embedder=None) as mem:
+        pairs = [_two_outcomes(mem, i) for i in range(4)]
+        r = mem.sleep(now=T + DAY, judge=judge, llm_budget=0.2)  # the first call alone spends it
+        assert len(llm.requests) == 1 and r.superseded == 1 and r.judge_deferred == 3
+        llm.script.clear()
+        llm.default = '{"supersedes": true, "reasoning": "fast now"}'
+        r2 = mem.sleep(now=T + 2 * DAY, judge=judge)
+        assert r2.superseded == 3 and r2.judge_deferred == 0 and len(llm.requests) == 4
+        assert all(mem.get_edge(o.id).superseded_by == n.id for o, n in pairs)
+    with pytest.raises(ValueError, match="llm_budget"):
+        Memory(tmp_path / "b.db", embedder=None).sleep(llm_budget=0)
+    from causalmem.config import Config
+
+    with pytest.raises(ValueError, match="sleep_llm_budget"):
+        Config(sleep_llm_budget=-1)

@@ -39,9 +39,13 @@ Stages (all counted in the ``SleepReport``):
 
 The whole cycle is one transaction: killed mid-way, the store is as before; ``dry_run`` runs
 everything and rolls back. A judge that is not cheap (no ``might_supersede`` pre-filter, e.g. an
-LLM) is consulted *before* the write transaction opens, so slow HTTP calls never hold the write
-lock (at most ``MAX_JUDGE_CALLS`` per cycle; the rest waits for the next one); its verdicts are
-applied inside the transaction only to edges still valid and unannotated. Pattern mining is
+LLM) is consulted *before* the write transaction opens and, through ``Memory.sleep``, with the
+``Memory`` lock released (``plan_slow_judging`` under the lock, ``ask_judge`` without it), so slow
+HTTP calls never hold the write lock nor block readers; at most ``MAX_JUDGE_CALLS`` pairs per cycle
+and at most ``llm_budget`` seconds of asking (``Config.sleep_llm_budget``), the rest waits for the
+next cycle (``judge_deferred``). Its verdicts are applied inside the transaction only where both
+edges are still as they were (old valid and unannotated, new valid); a stale verdict is dropped
+and the pair asked again next cycle. Pattern mining is
 incremental — only decisions new since the last sleep are compared (against all decisions) — and
 bounded: at most ``MAX_PATTERN_CANDIDATES`` candidate pairs per pass, rarest shared words first.
 
@@ -50,10 +54,13 @@ rows that changed (``benchmarks/bench_sleep.py``: 100k edges ≈ 2 s, 1M edges �
 """
 from __future__ import annotations
 
-from .cycle import ACTIONS, LAST_REPORT_KEY, LAST_SLEEP_KEY, MAX_JUDGE_CALLS, last_report, sleep
+from .cycle import (ACTIONS, LAST_REPORT_KEY, LAST_SLEEP_KEY, MAX_JUDGE_CALLS, check_sleep_args, last_report,
+                    plan_slow_judging, sleep)
 from .mining import MAX_PATTERN_CANDIDATES, MAX_PATTERN_GROUP, PATTERN_JACCARD, jaccard_pairs, token_diversity
 from .report import _Progress, format_report
+from .supersession import JudgePlan, ask_judge
 
-__all__ = ["sleep", "last_report", "format_report", "token_diversity", "jaccard_pairs", "ACTIONS", "LAST_SLEEP_KEY",
+__all__ = ["sleep", "last_report", "check_sleep_args", "plan_slow_judging", "ask_judge", "JudgePlan", "format_report",
+           "token_diversity", "jaccard_pairs", "ACTIONS", "LAST_SLEEP_KEY",
            "LAST_REPORT_KEY", "MAX_JUDGE_CALLS", "PATTERN_JACCARD", "MAX_PATTERN_GROUP", "MAX_PATTERN_CANDIDATES",
            "_Progress"]

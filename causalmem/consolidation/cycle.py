@@ -15,11 +15,12 @@ from ..store.base import POLARITY_CODES, SOURCE_CODES, SUBTYPE_CODES
 from ..types import Relation, SleepReport
 from .mining import Docs, decision_docs, linked_pairs, mine, token_diversity, unique
 from .report import _Progress, _Timer, make_report
-from .supersession import run_judge, supersession_pairs
+from .supersession import JudgePlan, ask_judge, plan_judging, run_judge, still_current, supersession_pairs
 
 log = logging.getLogger("causalmem")
 
-__all__ = ["sleep", "last_report", "ACTIONS", "LAST_SLEEP_KEY", "LAST_REPORT_KEY", "MAX_JUDGE_CALLS"]
+__all__ = ["sleep", "last_report", "check_sleep_args", "plan_slow_judging", "ACTIONS", "LAST_SLEEP_KEY",
+           "LAST_REPORT_KEY", "MAX_JUDGE_CALLS"]
 
 DAY = 86400.0
 NOVELTY_WINDOW = 64
@@ -73,19 +74,51 @@ def _valid_action(action: Any) -> str:
     return action
 
 
-def sleep(store, *, config: Config, now: float, dry_run: bool = False, judge: Any = None,
-          min_diversity: float = 0.0, action: str = "annotate", progress: bool = False) -> SleepReport:
-    """Run one consolidation cycle on ``store`` at time ``now`` (see the module docstring)."""
-    action = _valid_action(action)
+def check_sleep_args(*, now: Any, judge: Any, min_diversity: Any, action: Any, llm_budget: Any) -> Any:
+    """Validate the arguments of a cycle (before any judge is asked); returns the judge to use."""
+    _valid_action(action)
     if isinstance(min_diversity, bool) or not isinstance(min_diversity, (int, float)) \
             or not 0.0 <= float(min_diversity) <= 1.0:
         raise ValueError(f"min_diversity must be a number in [0, 1], got {min_diversity!r}")
     if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
         raise ValueError(f"now must be finite POSIX seconds, got {now!r}")
+    if llm_budget is not None and (isinstance(llm_budget, bool) or not isinstance(llm_budget, (int, float))
+                                   or not 0 < llm_budget < math.inf):
+        raise ValueError(f"llm_budget must be a positive number of seconds or None, got {llm_budget!r}")
     if judge is None:
         judge = RuleJudge()
     if not callable(getattr(judge, "decide", None)):
         raise TypeError(f"judge must have a decide(old, new, ...) method, got {type(judge).__name__}")
+    return judge
+
+
+def plan_slow_judging(store, judge: Any, *, min_diversity: float = 0.0) -> JudgePlan | None:
+    """For a judge without a cheap pre-filter (an LLM): the pairs to ask it about, read from ``store``.
+
+    ``None`` when the judge is cheap (it is asked inside the transaction) or the novelty gate will
+    skip the cycle. The caller may then ask the judge (``ask_judge``) with no lock held and pass the
+    verdicts to ``sleep(..., verdicts=...)``, which applies only those whose edges did not change.
+    """
+    if getattr(judge, "might_supersede", None) is not None:
+        return None
+    if token_diversity(store.recent_chunk_texts(NOVELTY_WINDOW)) < min_diversity:
+        return None
+    ex = store.sleep_edge_arrays(relations=("caused", "enabled"))
+    ch = store.sleep_chunk_arrays()
+    return plan_judging(store, judge, supersession_pairs(ex, _alive_lookup(ch, ex), None), ex,
+                        limit=MAX_JUDGE_CALLS)
+
+
+def sleep(store, *, config: Config, now: float, dry_run: bool = False, judge: Any = None,
+          min_diversity: float = 0.0, action: str = "annotate", progress: bool = False,
+          llm_budget: float | None = None, verdicts: dict[str, Any] | None = None) -> SleepReport:
+    """Run one consolidation cycle on ``store`` at time ``now`` (see the module docstring).
+
+    ``verdicts``: a slow judge's answers gathered beforehand (``plan_slow_judging`` + ``ask_judge``);
+    without them a slow judge is asked here, before the transaction, within ``llm_budget`` seconds.
+    """
+    judge = check_sleep_args(now=now, judge=judge, min_diversity=min_diversity, action=action,
+                             llm_budget=llm_budget)
     now = float(now)
     big = progress and (store.edge_count() >= PROGRESS_MIN_ROWS)
     bar = _Progress(bool(big))
@@ -103,13 +136,13 @@ def sleep(store, *, config: Config, now: float, dry_run: bool = False, judge: An
         return make_report(skipped_low_diversity=True, elapsed=dict(timer.elapsed), **counts)
 
     prefilter = getattr(judge, "might_supersede", None)
-    early_verdicts = None
-    if prefilter is None:  # slow judge (LLM): consult it before taking the write lock
+    early_verdicts = verdicts
+    if early_verdicts is not None:
+        timer.elapsed["judge"] = float(early_verdicts.get("seconds", 0.0))
+    elif prefilter is None:  # slow judge (LLM): consult it before taking the write lock
         timer.start("judge")
-        ex = store.sleep_edge_arrays(relations=("caused", "enabled"))
-        ch = store.sleep_chunk_arrays()
-        alive = _alive_lookup(ch, ex)
-        early_verdicts = run_judge(store, judge, supersession_pairs(ex, alive, None), ex, limit=MAX_JUDGE_CALLS)
+        plan = plan_slow_judging(store, judge) or JudgePlan()
+        early_verdicts = ask_judge(judge, plan, budget=llm_budget)
         timer.stop()
 
     try:
@@ -190,7 +223,9 @@ def _cycle(store, *, config: Config, now: float, judge, prefilter, action: str, 
     if early is None:
         vedges = edges[valid]
         early = run_judge(store, judge, supersession_pairs(vedges, alive, prefilter), vedges,
-                           limit=None if prefilter is not None else MAX_JUDGE_CALLS)
+                          limit=None if prefilter is not None else MAX_JUDGE_CALLS)
+    else:  # asked before this transaction: apply only where the edges are still as they were
+        early = still_current(early, edges, valid)
     early = {**early, "keep": list(early["keep"])}
     # (old eid, new eid, new id, reasoning, redirect from chunk, redirect to chunk)
     decisions = list(early["supersede"])
@@ -223,6 +258,7 @@ def _cycle(store, *, config: Config, now: float, judge, prefilter, action: str, 
     seen: set[int] = set()
     decisions = [d for d in decisions if not (d[0] in seen or seen.add(d[0]))]
     counts["judge_failures"] = int(early["failures"])
+    counts["judge_deferred"] = int(early.get("deferred", 0))
     if early["keep"]:
         store.remember_judged(early["keep"], "decided")
     superseded = 0

@@ -82,6 +82,7 @@ _ROWS = (
     ("1.7 supersession", "superseded", "supersession", "edges superseded"),
     ("", "annotated", None, "… of which annotated (still retrievable)"),
     ("", "judge_failures", None, "judge failures (old edge kept)"),
+    ("", "judge_deferred", None, "pairs left for the next sleep"),
     ("", "redirects", None, "redirect edges old → new (meta refines)"),
     ("2 generalization", "merged", "generalization", "duplicate edges merged"),
     ("", "patterns", None, "cross-task pattern edges (meta repeated)"),

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -14,7 +16,8 @@ from .mining import unique
 
 log = logging.getLogger("causalmem")
 
-__all__ = ["supersession_pairs", "run_judge"]
+__all__ = ["supersession_pairs", "run_judge", "plan_judging", "ask_judge", "still_current", "JudgePlan",
+           "JudgeTask", "empty_verdicts"]
 
 _R_CAUSED = Relation.CAUSED.code
 _R_ENABLED = Relation.ENABLED.code
@@ -52,14 +55,45 @@ def _edge_info(row: JudgeEdgeRow, decision: str, outcome: str) -> EdgeInfo:
                     discovered_at=disc, subtype=subtype, decision_text=decision, outcome_text=outcome)
 
 
-def run_judge(store: StoreBackend, judge: Any, pairs: np.ndarray, edges: np.ndarray, *, limit: int | None) -> dict[str, Any]:
-    """Ask ``judge`` about (old, new) row pairs; returns decisions, remembered negatives, failures."""
-    out: dict[str, Any] = {"supersede": [], "keep": [], "failures": 0, "calls": 0, "deferred": 0}
+@dataclass(frozen=True)
+class JudgeTask:
+    """One (older, newer) edge pair to put to the judge: plain values, no store access needed."""
+
+    old_eid: int
+    new_eid: int
+    old: EdgeInfo
+    new: EdgeInfo
+    decision: str
+    old_text: str
+    new_text: str
+    old_dst: int
+    new_dst: int
+
+    @property
+    def key(self) -> str:
+        return f"judged:{self.old.id}:{self.new.id}"
+
+
+@dataclass
+class JudgePlan:
+    """The pairs a sleep cycle will ask the judge about (gathered under the lock, asked outside it)."""
+
+    tasks: list[JudgeTask] = field(default_factory=list)
+    deferred: int = 0  # pairs over ``limit``: left for the next cycle
+
+
+def empty_verdicts() -> dict[str, Any]:
+    return {"supersede": [], "keep": [], "failures": 0, "calls": 0, "deferred": 0, "seconds": 0.0}
+
+
+def plan_judging(store: StoreBackend, judge: Any, pairs: np.ndarray, edges: np.ndarray, *,
+                 limit: int | None) -> JudgePlan:
+    """The not yet decided (old, new) row pairs of ``pairs``, with the texts the judge needs."""
+    plan = JudgePlan()
     if not len(pairs):
-        return out
+        return plan
     old_eids = edges["eid"][pairs[:, 0]]
     new_eids = edges["eid"][pairs[:, 1]]
-    remember = getattr(judge, "remember_negative", True)
     judged = store.judged_pairs()
     rows = store.edge_judge_rows(unique(np.concatenate([old_eids, new_eids])).tolist())
     todo = []
@@ -70,7 +104,7 @@ def run_judge(store: StoreBackend, judge: Any, pairs: np.ndarray, edges: np.ndar
             continue
         todo.append((o, n))
     if limit is not None and len(todo) > limit:
-        out["deferred"] = len(todo) - limit
+        plan.deferred = len(todo) - limit
         log.info("causalmem: sleep judges %d supersession pairs now, %d next cycle", limit, len(todo) - limit)
         todo = todo[:limit]
     texts = store.chunk_texts(sorted({rows[e].src for pair in todo for e in pair} | {rows[e].dst for pair in todo
@@ -79,24 +113,81 @@ def run_judge(store: StoreBackend, judge: Any, pairs: np.ndarray, edges: np.ndar
         ro, rn = rows[o], rows[n]
         decision = texts.get(ro.src, "")
         old_text, new_text = texts.get(ro.dst, ""), texts.get(rn.dst, "")
+        plan.tasks.append(JudgeTask(o, n, _edge_info(ro, decision, old_text), _edge_info(rn, decision, new_text),
+                                    decision, old_text, new_text, ro.dst, rn.dst))
+    return plan
+
+
+def ask_judge(judge: Any, plan: JudgePlan, *, budget: float | None = None) -> dict[str, Any]:
+    """Put ``plan``'s pairs to ``judge``; no store access, so callers run it without any lock.
+
+    ``budget`` (seconds of wall time) stops asking once spent: the pairs not asked are counted in
+    ``deferred`` and wait for the next cycle (a call already under way finishes, bounded by the
+    judge's own timeout). Returns decisions, remembered verdicts, failures.
+    """
+    out = empty_verdicts()
+    out["deferred"] = plan.deferred
+    remember = getattr(judge, "remember_negative", True)
+    start = time.monotonic()
+    for i, task in enumerate(plan.tasks):
+        if budget is not None and time.monotonic() - start >= budget:
+            left = len(plan.tasks) - i
+            out["deferred"] += left
+            log.warning("causalmem: sleep LLM budget of %g s spent; %d supersession pair(s) left for the next "
+                        "sleep", budget, left)
+            break
         out["calls"] += 1
         try:
-            verdict = judge.decide(_edge_info(ro, decision, old_text), _edge_info(rn, decision, new_text),
-                                   decision_text=decision, old_outcome_text=old_text, new_outcome_text=new_text)
+            verdict = judge.decide(task.old, task.new, decision_text=task.decision, old_outcome_text=task.old_text,
+                                   new_outcome_text=task.new_text)
             sup = getattr(verdict, "supersedes", None)
             if not isinstance(sup, bool):
                 raise LLMError(f"judge returned {verdict!r}, expected a Verdict with a boolean 'supersedes'")
         except Exception as exc:  # a failed judge keeps the old edge, whatever went wrong
             out["failures"] += 1
             log.warning("causalmem: sleep judge failed on edges %s → %s, keeping the old edge: %s",
-                        ro.id, rn.id, exc)
+                        task.old.id, task.new.id, exc)
             continue
         reasoning = getattr(verdict, "reasoning", "") or ""
+        if not isinstance(reasoning, str):
+            reasoning = str(reasoning)
         if sup:
-            out["supersede"].append((o, n, rn.id, reasoning, ro.dst, rn.dst))
-            out["keep"].append(f"judged:{ro.id}:{rn.id}")  # decided: never asked again (restore sticks)
+            # (old eid, new eid, new id, reasoning, redirect from chunk, redirect to chunk, judged key)
+            out["supersede"].append((task.old_eid, task.new_eid, task.new.id, reasoning, task.old_dst, task.new_dst,
+                                     task.key))
+            out["keep"].append(task.key)  # decided: never asked again (restore sticks)
         elif remember:
-            out["keep"].append(f"judged:{ro.id}:{rn.id}")
+            out["keep"].append(task.key)
+    out["seconds"] = time.monotonic() - start
     return out
 
 
+def run_judge(store: StoreBackend, judge: Any, pairs: np.ndarray, edges: np.ndarray, *, limit: int | None,
+              budget: float | None = None) -> dict[str, Any]:
+    """Plan and ask in one go (cheap judges inside the transaction, or a store used without a lock)."""
+    return ask_judge(judge, plan_judging(store, judge, pairs, edges, limit=limit), budget=budget)
+
+
+def still_current(verdicts: dict[str, Any], edges: np.ndarray, valid: np.ndarray) -> dict[str, Any]:
+    """Verdicts gathered before the transaction, kept only where both edges are still as they were.
+
+    The old edge must still be valid and not yet superseded, the new one still valid (endpoints
+    alive). A stale verdict is dropped and not remembered, so the pair is judged again next cycle.
+    """
+    if not verdicts["supersede"]:
+        return verdicts
+    live_eids = edges["eid"][valid]
+    live = set(live_eids.tolist())
+    open_ = set(live_eids[edges["sup"][valid] == 0].tolist())
+    fresh, stale_keys = [], set()
+    for d in verdicts["supersede"]:
+        if d[0] in open_ and d[1] in live:
+            fresh.append(d)
+        else:
+            stale_keys.add(d[6])
+    if not stale_keys:
+        return verdicts
+    log.info("causalmem: %d judge verdict(s) dropped: their edges changed while the judge was asked",
+             len(stale_keys))
+    return {**verdicts, "supersede": fresh, "keep": [k for k in verdicts["keep"] if k not in stale_keys],
+            "deferred": verdicts["deferred"] + len(stale_keys)}
