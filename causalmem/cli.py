@@ -136,7 +136,9 @@ def cmd_demo(args, out) -> int:
 def cmd_mcp(args, out) -> int:
     from .mcp_server import serve
 
-    return serve(args.db, semantic=args.semantic)
+    # The semantic channel is on by default, as in Python (--no-semantic turns it off).
+    return serve(args.db, semantic=not args.no_semantic, transport=args.transport, host=args.host, port=args.port,
+                 user_id=args.user_id, agent_id=args.agent_id, run_id=args.run_id)
 
 
 def _open_existing(args: argparse.Namespace):
@@ -226,8 +228,15 @@ def build_parser() -> argparse.ArgumentParser:
     sl.set_defaults(func=cmd_sleep)
     sub.add_parser("demo", help="build the DevOps example in a temporary database and query it").set_defaults(
         func=cmd_demo)
-    sub.add_parser("mcp", help="serve the memory to MCP clients over stdio (needs causalmem[mcp])").set_defaults(
-        func=cmd_mcp)
+    m = sub.add_parser("mcp", help="serve the memory to MCP clients over stdio or streamable HTTP "
+                                   "(needs causalmem[mcp])")
+    m.add_argument("--no-semantic", action="store_true", help="do not load the embedder (lexical + graph only)")
+    m.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    m.add_argument("--host", default="127.0.0.1", help="HTTP: loopback address to bind")
+    m.add_argument("--port", type=int, default=8765, help="HTTP: port (0 = any free port, printed on stderr)")
+    m.add_argument("--agent-id", dest="agent_id", default=None, help="pin every tool call to this agent")
+    m.add_argument("--run-id", dest="run_id", default=None, help="pin every tool call to this run")
+    m.set_defaults(func=cmd_mcp)
     sh = sub.add_parser("show", help="draw the causal picture of a query: .svg (Graphviz), .html or .dot")
     sh.add_argument("query")
     sh.add_argument("--out", required=True, help="chain.svg (needs Graphviz), chain.html (self-contained) or .dot")

@@ -42,7 +42,7 @@ def _energies(acts):
 
 async def _session(db: Path, errlog) -> dict:
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "causalmem.mcp_server", "--db", str(db)], cwd=str(REPO),
+        command=sys.executable, args=["-m", "causalmem.mcp_server", "--db", str(db), "--no-semantic"], cwd=str(REPO),
         env={"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     seen: dict = {}
     with anyio.fail_after(SESSION_TIMEOUT):
