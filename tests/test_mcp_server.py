@@ -24,7 +24,7 @@ ENV = {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "
        "PATH": os.environ.get("PATH", "")}
 ALL_TOOLS = {"remember_decision", "search", "search_causal", "trace_cause", "what_if", "add_messages", "add_fact",
              "feedback", "get", "get_all", "update", "delete", "history", "invalidate", "link", "sleep", "stats"}
-TIMEOUT = 120.0
+TIMEOUT = 180.0
 
 
 def _data(result):
@@ -281,7 +281,7 @@ def test_streamable_http_on_loopback_with_default_semantic_channel(tmp_path):
         async def session():
             out = {}
             with anyio.fail_after(TIMEOUT):
-                async with Client(url, read_timeout_seconds=60) as c:
+                async with Client(url, read_timeout_seconds=TIMEOUT) as c:
                     out["tools"] = {t.name for t in (await c.list_tools()).tools}
                     await c.call_tool("add_messages", {"messages": "I pointed DNS at the new cluster too early",
                                                        "user_id": "nate"})
@@ -300,7 +300,8 @@ def test_streamable_http_on_loopback_with_default_semantic_channel(tmp_path):
         import httpx
 
         r = httpx.post(url, content='{"jsonrpc": "2.0", "id": 9, "method": "tools/list"',
-                       headers={"content-type": "application/json", "accept": "application/json, text/event-stream"})
+                       headers={"content-type": "application/json", "accept": "application/json, text/event-stream"},
+                       timeout=TIMEOUT)
         assert r.status_code >= 400 and r.json()["error"]["code"] == -32700
     finally:
         proc.terminate()
