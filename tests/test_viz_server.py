@@ -127,6 +127,20 @@ def test_api_answers_search_what_if_scopes_memories_history_and_sleep(server):
     assert status == 200 and sl["preview"] and sl["report"]["dry_run"] is True
 
 
+def test_parallel_requests_share_one_memory(server):
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, client, ids, _ = server
+    calls = [("/api/search", {"q": "production crash"}), ("/api/what-if", {"action": "deploy without tests"}),
+             ("/api/memory", {"id": ids["edited"]}), ("/api/graph", {"q": "hidden bugs", "direction": "both"}),
+             ("/api/scopes", {})] * 8
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda c: client.get(c[0], **c[1]), calls))
+    assert all(status == 200 for status, _ in results)
+    labels = {body["report"]["label"] for (path, _), (_, body) in zip(calls, results) if path == "/api/what-if"}
+    assert labels == {"DANGER"}
+
+
 def test_bad_requests_name_the_parameter(server):
     _, client, _, _ = server
     assert client.get("/api/search") == (400, {"error": "missing query parameter 'q'"})
