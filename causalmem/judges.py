@@ -144,7 +144,8 @@ class LLMJudge:
         return f"LLMJudge({self.client.base_url!r}, model={self.client.model!r})"
 
     def decide(self, old: EdgeInfo, new: EdgeInfo, *, decision_text: str, old_outcome_text: str,
-               new_outcome_text: str) -> Verdict:
+               new_outcome_text: str, timeout: float | None = None) -> Verdict:
+        """``timeout`` (optional) shortens this call's deadline, e.g. to what is left of sleep's budget."""
         user = json.dumps({
             "decision": decision_text,
             "older": {"outcome": old_outcome_text, "relation": old.relation, "polarity": old.polarity,
@@ -153,7 +154,7 @@ class LLMJudge:
                       "task": new.task_tag, "recorded_at": new.discovered_at, "kind": new.subtype},
         }, ensure_ascii=False)
         content = self.client.chat([{"role": "system", "content": _JUDGE_SYSTEM},
-                                    {"role": "user", "content": user}], temperature=0.0)
+                                    {"role": "user", "content": user}], temperature=0.0, timeout=timeout)
         return parse_verdict(content)
 
 

@@ -227,11 +227,13 @@ class ChatClient:
         return f"{self.base_url}/chat/completions"
 
     def chat(self, messages: Sequence[Mapping[str, str]], *, temperature: float = 0.0,
-             max_tokens: int | None = None, json_mode: bool = False) -> str:
+             max_tokens: int | None = None, json_mode: bool = False, timeout: float | None = None) -> str:
         """Send ``messages``; return the first choice's ``message.content``.
 
-        Returns or raises ``LLMError`` within ``timeout`` seconds (plus scheduling slack).
+        Returns or raises ``LLMError`` within ``timeout`` seconds (plus scheduling slack): the
+        client's own ``timeout``, or the smaller one given here (a caller's remaining budget).
         """
+        limit = self.timeout if timeout is None else min(self.timeout, _positive("timeout", timeout))
         body: dict[str, Any] = {"model": self.model, "messages": list(messages), "temperature": temperature}
         if max_tokens is not None:
             body["max_tokens"] = int(max_tokens)
@@ -244,7 +246,7 @@ class ChatClient:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + limit
         attempts = self.retries + 1
         last = "no attempt made"
         made = 0
@@ -266,8 +268,7 @@ class ChatClient:
                 log.warning("causalmem: %s (attempt %d/%d)", last, attempt + 1, attempts)
                 continue
             return _content_of(raw, self.url)
-        raise LLMError(f"{last} (gave up after {made} of {attempts} attempts, "
-                       f"deadline {self.timeout:g} s)")
+        raise LLMError(f"{last} (gave up after {made} of {attempts} attempts, deadline {limit:g} s)")
 
     # -- one attempt, with same-origin redirects --------------------------------------------
     def _post(self, data: bytes, headers: dict[str, str], deadline: float) -> bytes:

@@ -1,6 +1,7 @@
 """Stage 1.7 of sleep: which older outcome edges a newer one may supersede, and the judge."""
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from dataclasses import dataclass, field
@@ -122,15 +123,18 @@ def ask_judge(judge: Any, plan: JudgePlan, *, budget: float | None = None) -> di
     """Put ``plan``'s pairs to ``judge``; no store access, so callers run it without any lock.
 
     ``budget`` (seconds of wall time) stops asking once spent: the pairs not asked are counted in
-    ``deferred`` and wait for the next cycle (a call already under way finishes, bounded by the
-    judge's own timeout). Returns decisions, remembered verdicts, failures.
+    ``deferred`` and wait for the next cycle. A judge whose ``decide`` takes ``timeout`` (as
+    ``LLMJudge`` does) gets what is left of the budget, so the budget is strict; any other judge's
+    call under way finishes on its own terms. Returns decisions, remembered verdicts, failures.
     """
     out = empty_verdicts()
     out["deferred"] = plan.deferred
     remember = getattr(judge, "remember_negative", True)
+    takes_timeout = budget is not None and _takes_timeout(judge)
     start = time.monotonic()
     for i, task in enumerate(plan.tasks):
-        if budget is not None and time.monotonic() - start >= budget:
+        left_s = None if budget is None else budget - (time.monotonic() - start)
+        if left_s is not None and left_s <= 0:
             left = len(plan.tasks) - i
             out["deferred"] += left
             log.warning("causalmem: sleep LLM budget of %g s spent; %d supersession pair(s) left for the next "
@@ -138,12 +142,18 @@ def ask_judge(judge: Any, plan: JudgePlan, *, budget: float | None = None) -> di
             break
         out["calls"] += 1
         try:
+            extra = {"timeout": left_s} if takes_timeout else {}
             verdict = judge.decide(task.old, task.new, decision_text=task.decision, old_outcome_text=task.old_text,
-                                   new_outcome_text=task.new_text)
+                                   new_outcome_text=task.new_text, **extra)
             sup = getattr(verdict, "supersedes", None)
             if not isinstance(sup, bool):
                 raise LLMError(f"judge returned {verdict!r}, expected a Verdict with a boolean 'supersedes'")
         except Exception as exc:  # a failed judge keeps the old edge, whatever went wrong
+            if budget is not None and time.monotonic() - start >= budget:
+                out["deferred"] += 1  # cut by the budget, not a verdict: asked again next sleep
+                log.warning("causalmem: sleep judge call on edges %s → %s cut by the LLM budget (%s)",
+                            task.old.id, task.new.id, exc)
+                continue
             out["failures"] += 1
             log.warning("causalmem: sleep judge failed on edges %s → %s, keeping the old edge: %s",
                         task.old.id, task.new.id, exc)
@@ -160,6 +170,14 @@ def ask_judge(judge: Any, plan: JudgePlan, *, budget: float | None = None) -> di
             out["keep"].append(task.key)
     out["seconds"] = time.monotonic() - start
     return out
+
+
+def _takes_timeout(judge: Any) -> bool:
+    """Whether ``judge.decide`` names a ``timeout`` parameter (``LLMJudge`` does): then the budget is strict."""
+    try:
+        return "timeout" in inspect.signature(judge.decide).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def run_judge(store: StoreBackend, judge: Any, pairs: np.ndarray, edges: np.ndarray, *, limit: int | None,
