@@ -100,7 +100,7 @@ def run_one(n_edges: int, zipf: bool) -> dict:
             first = time.perf_counter() - t0
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             t0 = time.perf_counter()
-            r2 = mem.sleep(now=T + 31 * DAY)
+            mem.sleep(now=T + 31 * DAY)
             second = time.perf_counter() - t0
             ok = mem._store.integrity_check() == "ok"
         size_mb = os.path.getsize(path) / 1e6

@@ -40,7 +40,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from causalmem import Memory
+from causalmem import Memory  # noqa: E402
 from causalmem.config import Config  # noqa: E402
 from causalmem import retrieval  # noqa: E402
 

@@ -226,7 +226,7 @@ def bench_size(n: int, cache: Path, n_q: int, rebuild: bool) -> dict:
     st = mem.stats()
     res["chunks"], res["edges"] = st.get("chunks"), st.get("edges")
     mem.close()
-    del mem
+    mem = None  # drop the last reference before the baselines measure memory
     gc.collect()
     # -- baselines in the same run ------------------------------------------------------
     if n <= 200_000:
@@ -259,7 +259,7 @@ def bench_size(n: int, cache: Path, n_q: int, rebuild: bool) -> dict:
         np.argpartition(-sc, 10)[:10]
 
     res["numpy_cosine"] = timeit(brute, list(range(len(qs))))
-    del mat
+    mat = None
     gc.collect()
     return res
 

@@ -62,9 +62,9 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "Activation", "AsyncMemory", "CAUSAL", "CSR", "CausalGraph", "CausalMemError", "Chunk", "Config", "ConfigurationError",
-    "Distiller", "Edge", "Embedder", "HAVE_EXTENSION", "Hit", "InterventionReport", "Judge", "LLMDistiller",
-    "LLMError", "LLMJudge", "Memory", "PEDSA", "PredictedOutcome", "Relation", "RuleJudge",
+    "Activation", "AsyncMemory", "CAUSAL", "CSR", "CausalGraph", "CausalMemError", "Chunk", "Config",
+    "ConfigurationError", "Distiller", "Edge", "Embedder", "HAVE_EXTENSION", "Hit", "InterventionReport", "Judge",
+    "LLMDistiller", "LLMError", "LLMJudge", "Memory", "PEDSA", "PredictedOutcome", "Relation", "RuleJudge",
     "SchemaVersionError", "SentenceTransformerEmbedder", "SleepReport", "SpreadParams", "StoreError",
     "spread", "__version__",
 ]

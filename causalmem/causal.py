@@ -13,7 +13,7 @@ import numpy as np
 from . import ingest
 from .config import SpreadParams
 from .types import Activation, InterventionReport, PredictedOutcome
-from .views import Views
+from .views import Scope, Views
 
 __all__ = ["causal_seeds", "activations", "spread_query", "intervention", "outcome_label", "overall_label",
            "NO_PRECEDENT"]
@@ -23,17 +23,17 @@ _SEED_RATIO = 0.5
 NO_PRECEDENT = ("no precedent: nothing in memory follows from this action (that does not mean it is safe)")
 
 
-def causal_seeds(views: Views, query: str, scope: Mapping[str, str | None],
+def causal_seeds(views: Views, query: str, scope: Scope,
                  task_tag: str | None) -> tuple[np.ndarray, list[int]]:
     """Scope mask and the chunks matching the query: the exact text if stored, else the best BM25 matches."""
     table, lexical = views.tables()
-    mask = table.scope_mask(**scope)
+    mask = table.scope_mask(user_id=scope[0], agent_id=scope[1], run_id=scope[2])
     if task_tag is not None:
         tmask = np.zeros_like(mask)
         idx = np.asarray([n for n in views.store.task_tag_nodes(task_tag) if n < len(mask)], dtype=np.int64)
         tmask[idx] = True
         mask = mask & tmask
-    exact = views.store.find_reusable_chunk(query.strip(), scope["user_id"], scope["agent_id"], scope["run_id"])
+    exact = views.store.find_reusable_chunk(query.strip(), *scope)
     if exact is not None and exact.nid < len(mask) and mask[exact.nid]:
         return mask, [exact.nid]
     ids, scores = lexical.search(query, top_k=_MAX_SEEDS, allowed=mask)
@@ -68,7 +68,7 @@ def activations(views: Views, nodes: np.ndarray, energy: np.ndarray, mask: np.nd
 
 
 def spread_query(views: Views, query: str, *, reverse: bool, limit: int, task_tag: str | None,
-                 scope: Mapping[str, str | None], include_seeds: bool,
+                 scope: Scope, include_seeds: bool,
                  overrides: Mapping[str, Any]) -> list[Activation]:
     """What follows from (``reverse``: what led to) ``query``."""
     if not query.strip():
@@ -81,7 +81,7 @@ def spread_query(views: Views, query: str, *, reverse: bool, limit: int, task_ta
 
 
 def intervention(views: Views, action: str, *, max_depth: int, limit: int,
-                 scope: Mapping[str, str | None]) -> InterventionReport:
+                 scope: Scope) -> InterventionReport:
     """Predict what doing ``action`` again leads to, with causal chains and a risk label."""
     empty = InterventionReport(action=action, label="UNKNOWN", outcomes=(), has_precedent=False, summary=NO_PRECEDENT)
     if not action.strip():

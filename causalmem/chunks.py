@@ -46,16 +46,20 @@ class ChunkTable:
             setattr(self, name, new)
         self._cap = cap
 
-    def code(self, column: str, value: str | None, *, create: bool = False) -> int | None:
+    def code(self, column: str, value: str | None) -> int | None:
+        """Integer code of ``value`` in ``column`` (``None`` if never seen)."""
+        return self._codes[column].get(value)
+
+    def _code_or_new(self, column: str, value: str | None) -> int:
         table = self._codes[column]
         c = table.get(value)
-        if c is None and create:
-            c = len(table) + (0 if column == "kind" else 0)
-            table[value] = c
+        if c is None:
+            c = table[value] = len(table)
         return c
 
     def set(self, nid: int, *, kind: str, created_at: float, event_time: float | None, q: float,
-            importance: float, user_id, agent_id, run_id, session_id, alive: bool = True) -> None:
+            importance: float, user_id: str | None, agent_id: str | None, run_id: str | None,
+            session_id: str | None, alive: bool = True) -> None:
         self._ensure(nid + 1)
         self.n = max(self.n, nid + 1)
         self.alive[nid] = alive
@@ -63,11 +67,11 @@ class ChunkTable:
         self.event_time[nid] = np.nan if event_time is None else event_time
         self.q[nid] = q
         self.importance[nid] = importance
-        self.user[nid] = self.code("user", user_id, create=True)
-        self.agent[nid] = self.code("agent", agent_id, create=True)
-        self.run[nid] = self.code("run", run_id, create=True)
-        self.session[nid] = self.code("session", session_id, create=True)
-        self.kind[nid] = self.code("kind", kind, create=True)
+        self.user[nid] = self._code_or_new("user", user_id)
+        self.agent[nid] = self._code_or_new("agent", agent_id)
+        self.run[nid] = self._code_or_new("run", run_id)
+        self.session[nid] = self._code_or_new("session", session_id)
+        self.kind[nid] = self._code_or_new("kind", kind)
         self._changed()
 
     def load(self, cols: ChunkColumns) -> None:
@@ -100,7 +104,8 @@ class ChunkTable:
         if self._mask_cache:
             self._mask_cache.clear()
 
-    def scope_mask(self, *, user_id=None, agent_id=None, run_id=None, session_id=None,
+    def scope_mask(self, *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
+                   session_id: str | None = None,
                    since: float | None = None, until: float | None = None,
                    kinds: tuple[str, ...] | None = None) -> np.ndarray:
         """Boolean mask over nids of live chunks matching every given filter (``None`` = any)."""

@@ -48,7 +48,8 @@ def _print_report(rep, out) -> None:
     for o in rep.outcomes:
         chain = " -> ".join(f"{t}" for t in o.chain_texts)
         rels = ",".join(o.relations)
-        tag = f"prevented ({o.polarity or 'no polarity'} outcome blocked)" if o.energy < 0 else (o.polarity or "no polarity")
+        pol = o.polarity or "no polarity"
+        tag = f"prevented ({pol} outcome blocked)" if o.energy < 0 else pol
         print(f"  {o.energy:+.4f}  {o.text}  [{tag}]  chain: {chain} "
               f"({rels}; confidence {o.chain_confidence:.3f})", file=out)
 

@@ -20,7 +20,8 @@ _POS_EN = (
     "faster", "improv", "safe", "green", "caught", "smooth", "without a hitch", "saved", "recovered",
     "healthy", "better", "solved", "approved", "happy", "win", "won",
 )
-_NEG_ZH = ("失败", "报错", "错误", "崩溃", "超时", "宕机", "故障", "死锁", "泄漏", "回滚", "漏洞", "异常", "卡死", "丢失")
+_NEG_ZH = ("失败", "报错", "错误", "崩溃", "超时", "宕机", "故障",
+           "死锁", "泄漏", "回滚", "漏洞", "异常", "卡死", "丢失")
 _POS_ZH = ("成功", "修复", "解决", "通过", "稳定", "恢复", "正常", "提升", "加快", "顺利")
 
 def _trie_pattern(words) -> str:

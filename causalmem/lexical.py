@@ -76,9 +76,8 @@ class _Surface(dict):
         elif len(terms) > 1:
             tid = -3
         else:
-            tid = self._index._term_id.get(terms[0])
-            if tid is None:
-                tid = self._index._new_term(terms[0])
+            known = self._index._term_id.get(terms[0])
+            tid = known if known is not None else self._index._new_term(terms[0])
         self[run] = tid
         return tid
 
@@ -461,7 +460,7 @@ class BM25Index:
             if joined.isascii() and joined.count("\x01") == len(chunk) - 1:
                 fast = np.arange(c0, c0 + len(chunk), dtype=np.int64)
             else:
-                fast_list = []
+                fast_list: list[int] = []
                 for i, t in enumerate(chunk, start=c0):
                     (fast_list if t.isascii() and "\x01" not in t else slow).append(i)
                 if not fast_list:
@@ -638,7 +637,7 @@ class BM25Index:
         all docs of the rarest terms (likely high scorers) topped up with the first docs of
         the next terms. None when fewer than top_k valid docs turn up."""
         want = 4 * top_k
-        parts = []
+        parts: list[np.ndarray] = []
         size = 0
         for t_slots, _, _ in sorted(terms, key=lambda t: t[0].shape[0]):
             n_i = t_slots.shape[0]

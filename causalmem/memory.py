@@ -346,7 +346,7 @@ class Memory:
 
     def _causal(self, query: Any, reverse: bool, limit: Any, task_tag: str | None, scope: tuple[Any, Any, Any],
                 include_seeds: bool, overrides: Mapping[str, Any]) -> list[Activation]:
-        sc = dict(zip(("user_id", "agent_id", "run_id"), w.check_scope(*scope)))
+        sc = w.check_scope(*scope)
         if not isinstance(query, str):
             raise TypeError(f"query must be a string, got {type(query).__name__}")
         limit = self._check_limit(limit)
@@ -362,7 +362,7 @@ class Memory:
         limit = self._check_limit(limit)
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 1 <= max_depth <= 20:
             raise ValueError(f"max_depth must be an integer between 1 and 20, got {max_depth!r}")
-        sc = dict(zip(("user_id", "agent_id", "run_id"), w.check_scope(user_id, agent_id, run_id)))
+        sc = w.check_scope(user_id, agent_id, run_id)
         with self._lock:
             return causal.intervention(self._views, action, max_depth=max_depth, limit=limit, scope=sc)
 
@@ -415,7 +415,8 @@ class Memory:
         (default ``Config.sleep_llm_budget``); pairs not asked wait for the next sleep
         (``SleepReport.judge_deferred``), verdicts whose edges changed meanwhile are not applied.
         """
-        ts = to_timestamp(now, name="now") if now is not None else self.now()
+        ts = self.now() if now is None else to_timestamp(now, name="now")
+        assert ts is not None
         budget = self.config.sleep_llm_budget if llm_budget is None else llm_budget
         judge = consolidation.check_sleep_args(now=ts, judge=judge or self.judge, min_diversity=min_diversity,
                                                action=action, llm_budget=budget)

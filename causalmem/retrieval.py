@@ -144,7 +144,8 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
         act: dict[int, float] = {}
         seeds: dict[int, float] = {}
         if fusion == "blend":
-            nids, scores, seeds, act = _blend(views, table, mask, chans, qvec, lex_ids, lex_sc.astype(np.float64) / lex_max,
+            nids, scores, seeds, act = _blend(views, table, mask, chans, qvec, lex_ids,
+                                              lex_sc.astype(np.float64) / lex_max,
                                               cos, vec_ids, vec_sc, p)
             if not len(nids):
                 return []
@@ -348,8 +349,8 @@ def _graph_bonus(views: Views, table, seed_ids: np.ndarray, seed_energy: np.ndar
     if not len(ids):
         return ids, np.empty(0)
     keys, inv = np.unique(ids, return_inverse=True)
-    val = np.bincount(inv, weights=np.concatenate(got_val), minlength=len(keys))
-    val *= np.maximum(1.0, _degrees(parts, keys) / p.unit_degree) ** -p.degree_power
+    val: np.ndarray = np.bincount(inv, weights=np.concatenate(got_val), minlength=len(keys))
+    val = val * np.maximum(1.0, _degrees(parts, keys) / p.unit_degree) ** -p.degree_power
     return keys, np.clip(val, -p.graph_cap * e_max, p.graph_cap * e_max)
 
 

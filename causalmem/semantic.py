@@ -61,8 +61,11 @@ class Embedder(Protocol):
     so vectors of another model are recomputed, never mixed.
     """
 
-    model_name: str
-    dim: int
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
 
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
@@ -182,7 +185,8 @@ class SentenceTransformerEmbedder:
     shared process-wide per (model, device), see the module docstring.
     """
 
-    def __init__(self, model: str | os.PathLike[str] = DEFAULT_MODEL, *, device: str = "cpu", batch_size: int = 64) -> None:
+    def __init__(self, model: str | os.PathLike[str] = DEFAULT_MODEL, *, device: str = "cpu",
+                 batch_size: int = 64) -> None:
         if not _sentence_transformers_available():
             raise ImportError(
                 "SentenceTransformerEmbedder needs sentence-transformers: "
@@ -352,7 +356,8 @@ class VectorIndex:
     ) -> None:
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
             raise ValueError(f"dim must be a positive int, got {dim!r}")
-        if ivf_min is not None and (isinstance(ivf_min, bool) or not isinstance(ivf_min, (int, np.integer)) or ivf_min < 1):
+        if ivf_min is not None and (isinstance(ivf_min, bool) or not isinstance(ivf_min, (int, np.integer))
+                                    or ivf_min < 1):
             raise ValueError(f"ivf_min must be a positive int or None, got {ivf_min!r}")
         if nprobe is not None and (isinstance(nprobe, bool) or not isinstance(nprobe, (int, np.integer)) or nprobe < 1):
             raise ValueError(f"nprobe must be a positive int or None, got {nprobe!r}")
@@ -612,6 +617,7 @@ class VectorIndex:
             p *= 2
         m = min(m, n - 1)
         k = min(k, n - 1)
+        assert self._cent is not None and self._starts is not None  # called right after training
         if m < 1 or k < 1:
             return {c: 1.0 for c in cands}
         rng = np.random.default_rng(self.seed + 1)
@@ -697,6 +703,7 @@ class VectorIndex:
         nprobe = min(self.nprobe, self.nlist)
         if exact or self._cent is None or nprobe == 0:
             return self._exact(q, top_k, allowed)
+        assert self._starts is not None
         expected = nprobe * self._trained // self.nlist + (self._n - self._trained)
         if allowed is not None:
             span = allowed[: self._row.shape[0]]

@@ -66,7 +66,8 @@ _CLITICS = frozenset({"s", "t", "d", "ll", "m", "re", "ve"})
 
 
 def _fold_word(word: str) -> str:
-    """Resolve apostrophes: drop a final English clitic ("caroline's", "don't"), join the rest ("o'neill's" -> "oneill")."""
+    """Resolve apostrophes: drop a final English clitic ("caroline's", "don't"), join the rest
+    ("o'neill's" -> "oneill")."""
     head, _, tail = word.rpartition("'")
     if tail in _CLITICS:
         if tail == "t" and head.endswith("n") and len(head) > 2:
@@ -211,8 +212,8 @@ def ascii_words(text: str) -> list[str]:
 
 
 RUN_SEPARATOR = " \x01 "
-# ``ascii_runs`` joins texts with RUN_SEPARATOR; bytes.translate table: lowercase ASCII letters, keep digits, apostrophe and the \x01 doc
-# separator, everything else becomes a space.
+# ``ascii_runs`` joins texts with RUN_SEPARATOR; bytes.translate table: lowercase ASCII letters,
+# keep digits, apostrophe and the \x01 doc separator, everything else becomes a space.
 _ASCII_TABLE = bytes(
     c + 32 if 65 <= c <= 90 else c if (97 <= c <= 122 or 48 <= c <= 57 or c in (39, 1)) else 32
     for c in range(256)

@@ -156,7 +156,7 @@ def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
             continue
         if failures is None:  # older failures only: this batch's own edges are added in order below
             first_new = inserted[0][0]
-            failures = {src: [tuple(f) for f in lst if f.eid < first_new] for src, lst in
+            failures = {src: [(f.eid, f.id, f.dst) for f in lst if f.eid < first_new] for src, lst in
                         store.negative_excitatory_out_edges(
                             [x["src"] for x in rows if x["relation"].value in _EXCITATORY
                              and x["polarity"] == "positive"]).items()}

@@ -8,7 +8,7 @@ import pytest
 
 from causalmem import Memory
 from causalmem.cli import DEVOPS_EDGES
-from causalmem.viz import (GraphEdge, SubGraph, dot_binary, layout, render_html, render_svg, subgraph, to_dot,
+from causalmem.viz import (GraphEdge, SubGraph, dot_binary, layout, render_html, subgraph, to_dot,
                            to_networkx, what_if_graph, write_picture)
 from causalmem.viz import style
 from viz_helpers import XSS

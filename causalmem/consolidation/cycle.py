@@ -255,8 +255,7 @@ def _cycle(store, *, config: Config, now: float, judge, prefilter, action: str, 
                 continue  # decided in an earlier cycle (and maybe restored by the user since)
             decisions.append((int(edges["eid"][r]), m, meta_ids[m], "explicit meta edge"))
             early["keep"].append(key)
-    seen: set[int] = set()
-    decisions = [d for d in decisions if not (d[0] in seen or seen.add(d[0]))]
+    decisions = list({d[0]: d for d in reversed(decisions)}.values())[::-1]  # first decision per old edge wins
     counts["judge_failures"] = int(early["failures"])
     counts["judge_deferred"] = int(early.get("deferred", 0))
     if early["keep"]:

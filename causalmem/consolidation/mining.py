@@ -201,17 +201,14 @@ class _WordIds(dict):
 
 def decision_docs(store, last_sleep: float) -> Docs:
     docs = Docs()
-    e_src, e_dst, e_disc, e_tag = [], [], [], []
     tag_code: dict[str, int] = {}
-    for s_, d_, disc, tag in store.tagged_edge_rows():
-        e_src.append(s_)
-        e_dst.append(d_)
-        e_disc.append(disc)
-        e_tag.append(tag_code.setdefault(tag, len(tag_code)))
-    if not e_src:
+    tagged = store.tagged_edge_rows()
+    if not tagged:
         return docs
-    e_src, e_dst = np.asarray(e_src, np.int64), np.asarray(e_dst, np.int64)
-    e_disc, e_tag = np.asarray(e_disc, np.float64), np.asarray(e_tag, np.int64)
+    e_src = np.asarray([r.src for r in tagged], np.int64)
+    e_dst = np.asarray([r.dst for r in tagged], np.int64)
+    e_disc = np.asarray([r.discovered_at for r in tagged], np.float64)
+    e_tag = np.asarray([tag_code.setdefault(r.task_tag, len(tag_code)) for r in tagged], np.int64)
     need = unique(np.concatenate([e_src, e_dst]))
     size = int(need[-1]) + 1
     pos = np.full(size, -1, np.int64)
@@ -227,6 +224,7 @@ def decision_docs(store, last_sleep: float) -> Docs:
         i = pos[nid]
         c_scope[i] = scope_code.setdefault((user, agent, run), len(scope_code))
         c_created[i] = created
+        ids: set[int]
         if text.isascii():  # fast path, same terms as tokenize()
             ids = set(map(word_ids.__getitem__, ascii_words(text)))
             ids.discard(-1)

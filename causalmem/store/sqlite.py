@@ -26,9 +26,10 @@ import numpy as np
 from ..errors import SchemaVersionError, StoreError
 from ..types import Relation
 from .base import (
-    CHUNK_DTYPE, COOC_DTYPE, EDGE_DTYPE, POLARITY_CODES, PROJECTION_CO_DTYPE, PROJECTION_EDGE_DTYPE, SOURCE_CODES, SUBTYPE_CODES, ChainEdge,
-    ChunkColumns, ChunkKey, ChunkRow, CooccurrencePair, CooccurrenceRow, EdgeRow, EmbeddingRow, FactRow, HistoryRow,
-    JudgeEdgeRow, MiningChunkRow, OutEdge, PathEdge, StoredVector, TaggedEdgeRow, batched, new_id, new_ids, text_hash,
+    CHUNK_DTYPE, COOC_DTYPE, EDGE_DTYPE, POLARITY_CODES, PROJECTION_CO_DTYPE, PROJECTION_EDGE_DTYPE, SOURCE_CODES,
+    SUBTYPE_CODES, ChainEdge, ChunkColumns, ChunkKey, ChunkRow, CooccurrencePair, CooccurrenceRow, EdgeRow,
+    EmbeddingRow, FactRow, HistoryRow, JudgeEdgeRow, MiningChunkRow, OutEdge, PathEdge, StoredVector, TaggedEdgeRow,
+    batched, new_id, new_ids, text_hash,
 )
 
 log = logging.getLogger("causalmem")
@@ -433,8 +434,10 @@ class SQLiteStore:
                 rows = cur.fetchmany(batch)
                 if not rows:
                     break
-                cols = list(zip(*rows))
-                yield ChunkColumns(*cols[:11], text=cols[11] if with_text else None)
+                c = list(zip(*rows))
+                yield ChunkColumns(nid=c[0], kind=c[1], created_at=c[2], event_time=c[3], q_value=c[4],
+                                   importance=c[5], user_id=c[6], agent_id=c[7], run_id=c[8], session_id=c[9],
+                                   alive=c[10], text=c[11] if with_text else None)
 
     def texts_of(self, nids: Sequence[int]) -> list[tuple[int, str]]:
         return self._select_in("SELECT nid, text FROM chunks WHERE nid IN ({ids})", [int(n) for n in nids])

@@ -86,7 +86,8 @@ def _legend() -> str:
     for rel in ("caused", "enabled", "prevented"):
         dash = "&#9549;&#9549;" if rel == "prevented" else "&#9473;&#9473;"
         cells.append(f'<td><font point-size="11" color="{style.edge_color(rel)}">{dash} {rel}</font></td>')
-    cells.append(f'<td><font point-size="11" color="{style.HIGHLIGHT}">&#9473;&#9473; chain behind the label</font></td>')
+    cells.append(f'<td><font point-size="11" color="{style.HIGHLIGHT}">'
+                 '&#9473;&#9473; chain behind the label</font></td>')
     return ('<table border="0" cellspacing="4" cellpadding="3"><tr>' + "".join(cells)
             + '</tr><tr><td colspan="7" align="left"><font point-size="11" color="#5f6b76">line width = confidence;'
             + " dashed ending in a bar = prevented (inhibitory); double border = the query's own memory</font>"

@@ -117,7 +117,8 @@ def render_html(sg: SubGraph, out: str | os.PathLike[str] | None = None, *, titl
 <div id="cm-legend" class="cm-legend"></div>
 <div id="cm-picture" class="cm-scroll"></div>
 <table class="cm-table">
-<thead><tr><th>memory</th><th>kind</th><th>polarity</th><th>Q</th><th>energy</th><th>cause energy</th><th></th></tr></thead>
+<thead><tr><th>memory</th><th>kind</th><th>polarity</th><th>Q</th><th>energy</th>
+<th>cause energy</th><th></th></tr></thead>
 <tbody id="cm-rows"></tbody>
 </table>
 <footer>made by causalmem.viz</footer>
