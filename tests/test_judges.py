@@ -582,3 +582,32 @@ def test_chat_timeout_argument_only_shortens_the_deadline(llm):
     assert time.monotonic() - t0 < 1.5
     with pytest.raises(ValueError, match="timeout"):
         client.chat([], timeout=0)
+
+
+def test_reads_and_writes_do_not_wait_for_a_slow_distiller(tmp_path, llm):
+    asked, release, answered = threading.Event(), threading.Event(), threading.Event()
+
+    def answer(body):
+        asked.set()
+        release.wait(30)  # fail-safe only
+        answered.set()
+        return '[{"kind": "fact", "text": "the slow answer arrived"}]'
+
+    llm.default = answer
+    distiller = LLMDistiller(llm.base_url, timeout=60.0, retries=0)
+    with Memory(tmp_path / "m.db", clock=lambda: T, embedder=None, distiller=distiller) as mem:
+        mem.record_decision("pinned the base image", "builds became reproducible")
+        done = {}
+        adder = threading.Thread(target=lambda: done.setdefault("out", mem.add("tell me later", infer=True)))
+        adder.start()
+        try:
+            assert asked.wait(30)
+            hits = mem.search("pinned the base image", reinforce=False)
+            mem.record_decision("cached the wheels", "installs got faster")
+            assert not answered.is_set(), "the search waited for the distiller"
+        finally:
+            release.set()
+            adder.join(60)
+        assert hits and hits[0].text == "pinned the base image"
+        assert done["out"].distilled == 1
+        assert [c.text for c in mem.get_all(kind="fact")] == ["the slow answer arrived"]
