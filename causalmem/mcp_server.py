@@ -614,12 +614,63 @@ async def _serve_stdio(server: Any) -> None:
 
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_MAX_BODY = 8 * 1024 * 1024
+
+
+class _CheckedHTTP:
+    """ASGI wrapper: a POSTed message the SDK cannot parse gets our JSON-RPC error (its id, plain words)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > _MAX_BODY:
+                await self._reply(send, 413, {"jsonrpc": "2.0", "id": None, "error": {
+                    "code": -32600, "message": f"Invalid Request: body over {_MAX_BODY} bytes"}})
+                return
+        body = b"".join(chunks)
+        reply = _invalid_request_reply(body.decode("utf-8", errors="replace"))
+        if reply:
+            await self._reply(send, 400, reply)
+            return
+        if reply == {}:  # an invalid notification or response: nothing to answer
+            await send({"type": "http.response.start", "status": 202, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    async def _reply(send: Any, status: int, payload: Mapping[str, Any]) -> None:
+        data = json.dumps(payload).encode("utf-8")
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
 
 
 async def _serve_http(server: Any, host: str, port: int) -> None:
     import uvicorn
 
-    app = server.streamable_http_app(host=host)
+    app = _CheckedHTTP(server.streamable_http_app(host=host))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -297,12 +297,24 @@ def test_streamable_http_on_loopback_with_default_semantic_channel(tmp_path):
         assert out["search"][0]["signals"]["cosine"] is not None
         assert "stats does not take argument 'verbose'" in out["bad"]
 
-        import httpx
+        import urllib.error
+        import urllib.request
 
-        r = httpx.post(url, content='{"jsonrpc": "2.0", "id": 9, "method": "tools/list"',
-                       headers={"content-type": "application/json", "accept": "application/json, text/event-stream"},
-                       timeout=TIMEOUT)
-        assert r.status_code >= 400 and r.json()["error"]["code"] == -32700
+        req = urllib.request.Request(url, data=b'{"jsonrpc": "2.0", "id": 9, "method": "tools/list"',
+                                     headers={"content-type": "application/json",
+                                              "accept": "application/json, text/event-stream"}, method="POST")
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=TIMEOUT)
+        assert err.value.code == 400 and json.loads(err.value.read())["error"]["code"] == -32700
+        for body, want_id in ((b'{"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": "garbage"}', 10),
+                              (b'{"jsonrpc": "1.0", "id": "eleven", "method": "tools/list"}', "eleven")):
+            req = urllib.request.Request(url, data=body, method="POST", headers={
+                "content-type": "application/json", "accept": "application/json, text/event-stream"})
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(req, timeout=TIMEOUT)
+            reply = json.loads(err.value.read())
+            assert reply["id"] == want_id and reply["error"]["code"] == -32600
+            assert "pydantic" not in reply["error"]["message"]
     finally:
         proc.terminate()
         proc.wait(timeout=30)
