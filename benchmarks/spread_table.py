@@ -3,6 +3,8 @@
 
     python benchmarks/spread_table.py            # both graph sizes (~1-2 min)
     python benchmarks/spread_table.py --quick    # 100k-node graph only
+    python benchmarks/spread_table.py --baseline REV   # + kernel before/after: the kernel of git
+                                                 # revision REV, built into a temporary dir
 
 Compiled ``CSR.spread`` (arrays validated once, outside the timing) against the vectorised
 numpy frontier implementation of the same semantics (``_spread_py.spread_vectorized``, bit-for-
@@ -12,10 +14,13 @@ scanned by the kernel per query (``CSR.spread_with_stats``) divided by the media
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -63,12 +68,21 @@ NOTES = """## Notes
   slots, 8 MB at 1M nodes): on a cache-resident 2k-node graph it scans ~2.5 ns/edge, on the
   1M-node graph 10-35 ns/edge, on a VM shared with other jobs (see load average).  Small
   queries (PEDSA, random seeds, ~2k edges) also pay ~9 µs of Python validation per call.
+- One edge-contribution body (`_emit`): the flags (fresh step sum or delta re-emission,
+  validity flags present, inhibitory scaling on) are fused-type tags, so Cython emits one
+  specialisation per combination with the dead tests removed; the per-step loop over the
+  sources (`_propagate`) is specialised the same way for the base graph, so the edge loop is
+  inlined into it; the overlay dispatches per source.  Parameters and workspace travel as
+  structs (`Params`, `Work`, `Acc`).  The kernel clips every row to the edge arrays and
+  skips targets outside the node space (memory safety whatever the arrays hold): one
+  compare per edge, within noise in the before/after table.
 - Tried, kept: stamped per-node slots (no per-call reset), step sums in a dense first-touch
   array (sequential clamp pass), split scatter/act slots, histogram + nth_element top-k on
   the boundary bucket only, radix sorts of packed (node, value) keys, 3-stage software
-  prefetch across sources, parameter-validation cache.  Tried, off by default: sort-based
-  accumulation (collect (target, contribution) pairs, radix by target, reduce) - slower than
-  the scatter here (4.0 vs 3.0 ms, causal hub); `causalmem._spread.set_strategy` turns it on.
+  prefetch across sources, parameter-validation cache.  Tried, removed: sort-based
+  accumulation (collect (target, contribution) pairs, radix by target, reduce; ~120 lines,
+  off by default) - slower than the scatter at every size measured (the "sort path forced"
+  column of the before/after table times it in the baseline kernel).
   Tried, dropped: branch-free first-touch, larger prefetch distance, introsort for small key
   sets (all within noise); branch-free clamp pass (9% slower); rows of `CSR.from_coo`
   sorted by destination for locality (1-2% on 1M/10M, within noise: not worth changing the
@@ -163,6 +177,123 @@ def bench_small():
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# kernel before/after in one run: the kernel of another git revision, built aside
+# ---------------------------------------------------------------------------------------------
+
+_BASELINE_SETUP = """
+import numpy as np
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+ext = Extension("_spread_base", ["_spread_base.pyx"], include_dirs=[np.get_include()],
+                define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")], language="c++",
+                extra_compile_args=["-O3", "-ffp-contract=off", "-std=c++11"])
+setup(ext_modules=cythonize([ext], language_level=3, quiet=True, compiler_directives={
+    "boundscheck": False, "wraparound": False, "cdivision": True, "initializedcheck": False,
+    "nonecheck": False}))
+"""
+
+
+def build_baseline(rev: str, where: Path):
+    """Compile ``causalmem/_spread.pyx`` of git revision ``rev`` as module ``_spread_base`` in
+    ``where`` (the flags of setup.py) and import it.  Nothing is written into the repository."""
+    pyx = subprocess.check_output(["git", "-C", str(HERE.parent), "show",
+                                   f"{rev}:causalmem/_spread.pyx"])
+    (where / "_spread_base.pyx").write_bytes(pyx)
+    (where / "setup_base.py").write_text(_BASELINE_SETUP)
+    subprocess.run([sys.executable, "setup_base.py", "build_ext", "--inplace", "-q"], cwd=where,
+                   check=True, capture_output=True)
+    sys.path.insert(0, str(where))
+    return importlib.import_module("_spread_base")
+
+
+def bench_before_after(base, rev, sizes, reps):
+    """Median kernel latency, baseline vs current, on the same graph, seeds, parameters and
+    workspace size (the ``spread_view`` call: no Python validation).  The calls rotate
+    through the implementations (each goes first, second, ... equally often), so none
+    profits more than another from what an earlier call left in the caches."""
+    from causalmem.spreading import _param_tuple
+
+    rows = []
+    for size in sizes:
+        n, e = SIZES[size]
+        src, dst, val, inh = powerlaw_edges(n, e)
+        csr = CSR.from_coo(n, src, dst, val, inhibitory=inh)
+        arrays = (csr.indptr, csr.indices, csr.weights, csr.valid, csr.inhibitory)
+        # every implementation has its own workspace (per-node state), so none finds another's
+        # state in the caches
+        views = {"before": (base, base.GraphView(*arrays), base.SpreadWorkspace(n)),
+                 "after": (_kernels.compiled, _kernels.compiled.GraphView(*arrays),
+                           _kernels.compiled.SpreadWorkspace(n)),
+                 "before, sort path forced": (base, base.GraphView(*arrays),
+                                              base.SpreadWorkspace(n))}
+
+        def call(name, seeds, p):
+            mod, gv, ws = views[name]
+            if name != "before, sort path forced":
+                return mod.spread_view(gv, None, seeds, ENERGY, *p, ws)
+            old = base.set_strategy(0, 0)
+            try:
+                return mod.spread_view(gv, None, seeds, ENERGY, *p, ws)
+            finally:
+                base.set_strategy(*old)
+
+        names = ["before", "after"]
+        if hasattr(base, "set_strategy"):
+            names.append("before, sort path forced")
+        for preset, params in PRESETS.items():
+            p = _param_tuple(params)
+            for kind in ("random", "hub"):
+                sets = [hub_seeds(csr)] if kind == "hub" else random_seed_sets(n, reps, seed=11)
+                for name in names:                                   # warm up
+                    for s in sets[:3]:
+                        call(name, s, p)
+                lat = {k: [] for k in names}
+                same = True
+                for rep in range(reps):
+                    s = sets[rep % len(sets)]
+                    r = rep % len(names)
+                    out = {}
+                    for name in names[r:] + names[:r]:
+                        t = time.perf_counter()
+                        out[name] = call(name, s, p)
+                        lat[name].append(time.perf_counter() - t)
+                    for name in names[1:]:
+                        same = same and np.array_equal(out["before"][0], out[name][0]) and \
+                            np.array_equal(out["before"][1].view(np.uint32), out[name][1].view(np.uint32))
+                med = {k: statistics.median(v) for k, v in lat.items()}
+                # noise band: the after/before ratio of the medians in 5 interleaved subsets
+                blocks = [statistics.median(lat["after"][i::5]) / statistics.median(lat["before"][i::5])
+                          for i in range(5)]
+                rows.append(dict(size=size, preset=preset, kind=kind, before=med["before"] * 1e3,
+                                 after=med["after"] * 1e3, ratio=med["after"] / med["before"],
+                                 band=(min(blocks), max(blocks)), same=same,
+                                 sort=med.get("before, sort path forced", float("nan")) * 1e3))
+    return rows
+
+
+def render_before_after(rev, rows, reps, elapsed):
+    lines = ["## Kernel before/after (one run)", "",
+             f"`python benchmarks/spread_table.py --baseline {rev}`: the kernel of `{rev}` "
+             "compiled with the flags of setup.py into a temporary directory as `_spread_base`, "
+             "timed call by call against the current kernel in the same process (the calls "
+             f"rotate through the implementations, {reps} calls each, same graphs, seeds and "
+             "parameters; the `spread_view` call, i.e. kernel only, no Python validation). "
+             "Ratio < 1: the current kernel is faster. Band = the after/before ratio of the "
+             "medians of 5 interleaved subsets of the calls (noise). The last column times the "
+             "baseline's sort-based accumulation forced on (`set_strategy(0, 0)`), in the same "
+             f"rotation; bit-identical compares all columns. Took {elapsed:.0f} s.", "",
+             "| graph | preset | seeds | before median ms | after median ms | after/before | "
+             "noise band | bit-identical | before, sort path forced (ms) |",
+             "|---|---|---|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        sort = "" if r["sort"] != r["sort"] else f"{r['sort']:.3f}"
+        lines.append(f"| {r['size']} | {r['preset']} | {r['kind']} | {r['before']:.3f} | "
+                     f"{r['after']:.3f} | {r['ratio']:.3f} | {r['band'][0]:.2f}–{r['band'][1]:.2f} | "
+                     f"{'yes' if r['same'] else '**no**'} | {sort} |")
+    return "\n".join(lines)
+
+
 def verdict(ok):
     return "met" if ok else "**not met**"
 
@@ -249,7 +380,26 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="100k-node graph only")
     ap.add_argument("--out", default=str(HERE / "results" / "spread.md"))
+    ap.add_argument("--baseline", metavar="REV",
+                    help="also time the kernel of git revision REV against the current one")
+    ap.add_argument("--baseline-only", action="store_true",
+                    help="with --baseline: only the before/after table (printed, not written)")
+    ap.add_argument("--baseline-reps", type=int, default=400)
     args = ap.parse_args(argv)
+    before_after = None
+    if args.baseline:
+        with tempfile.TemporaryDirectory(prefix="causalmem-baseline-") as tmp:
+            t0 = time.perf_counter()
+            base = build_baseline(args.baseline, Path(tmp))
+            t1 = time.perf_counter()
+            sizes = ["100k"] if args.quick else ["100k", "1M"]
+            rows = bench_before_after(base, args.baseline, sizes, args.baseline_reps)
+            before_after = render_before_after(args.baseline, rows, args.baseline_reps,
+                                               time.perf_counter() - t1)
+            print(f"(baseline build {t1 - t0:.0f} s)", file=sys.stderr)
+        print(before_after)
+        if args.baseline_only:
+            return
     if not _kernels.HAVE_EXTENSION:
         print("warning: compiled extension not loaded; timing the Python fallback",
               file=sys.stderr)
@@ -260,6 +410,8 @@ def main(argv=None):
         graphs.append(bench_graph("1M", 300, 20))
     small = bench_small()
     text = render(graphs, small, time.perf_counter() - t0, (load0, os.getloadavg()[0]))
+    if before_after is not None:
+        text += "\n" + before_after + "\n"
     print(text)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

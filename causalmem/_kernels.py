@@ -34,16 +34,11 @@ spread = _impl.spread
 spread_view = _impl.spread_view
 GraphView = _impl.GraphView
 validate_seeds = _impl.validate_seeds
-set_strategy = _impl.set_strategy
 SpreadWorkspace = _impl.SpreadWorkspace
-clamp = _impl.clamp
-absmax_merge = _impl.absmax_merge
-select_top_k = _impl.select_top_k
 coo_to_csr = _impl.coo_to_csr
 transpose_csr = _impl.transpose_csr
 
 __all__ = [
     "HAVE_EXTENSION", "compiled", "reference", "spread", "spread_view", "GraphView",
-    "validate_seeds", "set_strategy", "SpreadWorkspace", "clamp",
-    "absmax_merge", "select_top_k", "coo_to_csr", "transpose_csr",
+    "validate_seeds", "SpreadWorkspace", "coo_to_csr", "transpose_csr",
 ]

@@ -3,21 +3,21 @@
 """Compiled spreading-activation kernels (SPEC §3).
 
 Every ``def`` here is a thin shell: it takes typed ``const`` memoryviews, releases the GIL and
-calls a ``cdef ... noexcept nogil`` work-horse over raw pointers.  Nothing here validates the
-graph arrays (``causalmem.spreading.CSR`` does that once); the shells only check what is
-O(1) or O(len(seeds)) so that a misuse cannot write out of bounds of the workspace.
+calls a ``cdef ... noexcept nogil`` work-horse over raw pointers.  The graph arrays are
+validated once by ``causalmem.spreading.CSR``; the shells check what is O(1) or
+O(len(seeds)).  The kernel is memory-safe whatever the arrays hold: a row is clipped to the
+edge arrays and an edge whose target is outside the node space of the call is skipped, so
+arrays changed behind the validation's back (or handed straight to this module) give
+meaningless energies, never a read or write out of bounds.
 
-Float semantics are part of the contract: every quantity is float32 and every expression is
-evaluated in the same order as in the reference twin ``_spread_py.py`` (sources by ascending
-node index, each source's base edges then its overlay edges in CSR order).  setup.py compiles
-with ``-ffp-contract=off`` so no FMA changes a rounding; the twin therefore matches bit for bit.
+Float semantics: every quantity is float32; with ``-ffp-contract=off`` (setup.py) no FMA changes
+a rounding.  The reference twin ``_spread_py.py`` is the literal algorithm of SPEC §3; this
+kernel computes re-emission by deltas (below), so the two agree within float32 rounding.
 """
 from libc.stdint cimport int64_t, int32_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
-from libc.stdlib cimport malloc, calloc, realloc, free
+from libc.stdlib cimport malloc, calloc, free
 from libc.math cimport fabsf, isfinite
-from libcpp.vector cimport vector
-from libcpp.pair cimport pair
 
 import numpy as np
 
@@ -29,8 +29,14 @@ cdef extern from *:
     #define CM_PREFETCH(p) ((void)0)
     #endif
     #define CM_KNONE (~(uint64_t)0)
+    #if defined(__GNUC__) || defined(__clang__)
+    #define CM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+    #else
+    #define CM_UNLIKELY(x) (x)
+    #endif
     """
     void CM_PREFETCH(const void* p) noexcept nogil
+    bint CM_UNLIKELY(bint x) noexcept nogil
     const uint64_t CM_KNONE     # cached key of an inactive step-sum entry
 
 DEF PF = 16  # prefetch distance (edges) for the random slot accesses
@@ -47,11 +53,7 @@ ctypedef struct CSRView:
     const uint8_t* valid       # NULL: every edge valid
     const uint8_t* inhib       # NULL: no inhibitory edge
     int64_t n                  # number of rows (nodes with an indptr entry)
-
-
-cdef const int64_t[::1] _EMPTY_INDPTR = np.zeros(1, dtype=np.int64)
-cdef const int32_t[::1] _EMPTY_I32 = np.zeros(1, dtype=np.int32)
-cdef const float[::1] _EMPTY_F32 = np.zeros(1, dtype=np.float32)
+    int64_t e                  # number of edges (length of indices/weights/valid/inhib)
 
 
 # Per-node state, versioned by stamps: a stamp equal to the current step (call) stamp marks
@@ -70,6 +72,51 @@ ctypedef struct ASlot:
     float em                # reemit: the energy this node emitted last (0: never a source)
 
 
+# Scratch memory of the calls (owned by a SpreadWorkspace, used by one call at a time).
+ctypedef struct Work:
+    Slot* slots
+    ASlot* aslots
+    float* vals             # step sums (reemit: the persistent sums S of the call)
+    int32_t* act_list       # nodes with an act entry, in first-touch order
+    int32_t* nlist          # node of every step-sum entry
+    uint64_t* keys          # packed (node, value) keys: sources, kept entries, the result
+    uint64_t* tmp
+    uint64_t* kc            # reemit: cached key of every step-sum entry (CM_KNONE: inactive)
+    int32_t* dlist          # reemit: older step-sum entries changed in this step
+    uint64_t* sel           # reemit: keys kept by the previous step's top-k
+    int32_t* useeds         # distinct seeds, first-occurrence order
+    float* useed_e          # their clamped energies
+    uint32_t stamp
+    int64_t n
+
+
+ctypedef struct Params:
+    float thr, lo, hi, tel
+    float scale_pos         # decay·(1 − teleport): ordinary edges
+    float scale_inh         # decay·inhibit_multiplier: inhibitory edges
+    float omt               # 1 − teleport
+    int64_t max_steps, top_k
+    bint reemit, use_inh, do_tel
+
+
+# Where the edge body adds its contributions (see _emit).
+ctypedef struct Acc:
+    Slot* slots
+    float* vals
+    int32_t* nlist
+    int32_t* dlist
+    Py_ssize_t nn           # step-sum entries so far
+    Py_ssize_t nd           # entries of dlist so far
+    uint32_t cst            # a slot stamped >= cst holds an entry of the sums
+    uint32_t st             # this step's stamp
+    uint32_t n_nodes        # node space of the call: targets >= n_nodes are skipped
+    int64_t scanned
+
+
+cdef const int64_t[::1] _EMPTY_INDPTR = np.zeros(1, dtype=np.int64)
+cdef const int32_t[::1] _EMPTY_I32 = np.zeros(1, dtype=np.int32)
+cdef const float[::1] _EMPTY_F32 = np.zeros(1, dtype=np.float32)
+
 cdef uint32_t _STAMP_LIMIT = 0x7FFFFFFF
 
 
@@ -81,88 +128,52 @@ cdef class SpreadWorkspace:
     the same time (``causalmem.spreading.CSR`` keeps a lock-protected pool of them).
     """
 
-    cdef Slot* slots
-    cdef ASlot* aslots
-    cdef float* vals
-    cdef int32_t* act_list
-    cdef int32_t* nlist
-    cdef uint64_t* keys
-    cdef uint64_t* tmp
-    cdef uint64_t* kc           # reemit: cached key of every step-sum entry (CM_KNONE: inactive)
-    cdef int32_t* dlist         # reemit: step-sum entries changed in this step
-    cdef uint64_t* sel          # reemit: keys kept by the previous step's top-k
-    cdef uint64_t* pairs
-    cdef uint64_t* pairs_tmp
-    cdef Py_ssize_t pairs_cap
-    cdef int32_t* useeds
-    cdef float* useed_e
-    cdef uint64_t* sorted_seeds
+    cdef Work w
     cdef Py_ssize_t seeds_cap
-    cdef uint32_t stamp
     cdef readonly Py_ssize_t n_nodes
     cdef public int64_t edges_scanned
     cdef public int64_t steps
 
     def __cinit__(self, Py_ssize_t n_nodes=0):
-        self.slots = NULL
-        self.aslots = NULL
-        self.vals = NULL
-        self.act_list = NULL
-        self.nlist = NULL
-        self.keys = NULL
-        self.tmp = NULL
-        self.kc = NULL
-        self.dlist = NULL
-        self.sel = NULL
-        self.pairs = NULL
-        self.pairs_tmp = NULL
-        self.pairs_cap = 0
-        self.useeds = NULL
-        self.useed_e = NULL
-        self.sorted_seeds = NULL
+        memset(&self.w, 0, sizeof(Work))
         self.seeds_cap = 0
         self.n_nodes = -1
-        self.stamp = 0
 
     def __init__(self, Py_ssize_t n_nodes=0):
         self.ensure(n_nodes)
 
     def __dealloc__(self):
-        self._free()
+        self._free_nodes()
+        self._free_seeds()
 
-    cdef void _free(self) noexcept:
-        free(self.slots)
-        free(self.aslots)
-        free(self.vals)
-        free(self.act_list)
-        free(self.nlist)
-        free(self.keys)
-        free(self.tmp)
-        free(self.kc)
-        free(self.dlist)
-        free(self.sel)
-        self.kc = NULL
-        self.dlist = NULL
-        self.sel = NULL
-        free(self.pairs)
-        free(self.pairs_tmp)
-        self.pairs = NULL
-        self.pairs_tmp = NULL
-        self.pairs_cap = 0
-        free(self.useeds)
-        free(self.useed_e)
-        free(self.sorted_seeds)
-        self.useeds = NULL
-        self.useed_e = NULL
-        self.sorted_seeds = NULL
+    cdef void _free_nodes(self) noexcept:
+        free(self.w.slots)
+        free(self.w.aslots)
+        free(self.w.vals)
+        free(self.w.act_list)
+        free(self.w.nlist)
+        free(self.w.keys)
+        free(self.w.tmp)
+        free(self.w.kc)
+        free(self.w.dlist)
+        free(self.w.sel)
+        self.w.slots = NULL
+        self.w.aslots = NULL
+        self.w.vals = NULL
+        self.w.act_list = NULL
+        self.w.nlist = NULL
+        self.w.keys = NULL
+        self.w.tmp = NULL
+        self.w.kc = NULL
+        self.w.dlist = NULL
+        self.w.sel = NULL
+
+    cdef void _free_seeds(self) noexcept:
+        free(self.w.useeds)
+        free(self.w.useed_e)
+        self.w.useeds = NULL
+        self.w.useed_e = NULL
         self.seeds_cap = 0
-        self.slots = NULL
-        self.aslots = NULL
-        self.vals = NULL
-        self.act_list = NULL
-        self.nlist = NULL
-        self.keys = NULL
-        self.tmp = NULL
 
     def ensure(self, Py_ssize_t n_nodes):
         """Grow the workspace to hold ``n_nodes`` nodes (never shrinks)."""
@@ -171,58 +182,52 @@ cdef class SpreadWorkspace:
         if n_nodes < 0:
             raise ValueError("n_nodes must be >= 0")
         cdef size_t n = <size_t>max(n_nodes, 1)
-        self._free()
-        self.slots = <Slot*>calloc(n, sizeof(Slot))
-        self.aslots = <ASlot*>calloc(n, sizeof(ASlot))
-        self.vals = <float*>malloc((n + 1) * sizeof(float))
-        self.act_list = <int32_t*>malloc(n * sizeof(int32_t))
-        self.nlist = <int32_t*>malloc((n + 1) * sizeof(int32_t))  # +1: branch-free append
-        self.keys = <uint64_t*>malloc(n * sizeof(uint64_t))
-        self.tmp = <uint64_t*>malloc(n * sizeof(uint64_t))
-        self.kc = <uint64_t*>malloc((n + 1) * sizeof(uint64_t))
-        self.dlist = <int32_t*>malloc((n + 1) * sizeof(int32_t))
-        self.sel = <uint64_t*>malloc((n + 1) * sizeof(uint64_t))
-        if (self.slots == NULL or self.aslots == NULL or self.vals == NULL or self.act_list == NULL or self.nlist == NULL
-                or self.keys == NULL or self.tmp == NULL or self.kc == NULL or self.dlist == NULL
-                or self.sel == NULL):
-            self._free()
+        self._free_nodes()
+        self.w.slots = <Slot*>calloc(n, sizeof(Slot))
+        self.w.aslots = <ASlot*>calloc(n, sizeof(ASlot))
+        self.w.vals = <float*>malloc((n + 1) * sizeof(float))
+        self.w.act_list = <int32_t*>malloc(n * sizeof(int32_t))
+        self.w.nlist = <int32_t*>malloc((n + 1) * sizeof(int32_t))
+        self.w.keys = <uint64_t*>malloc(n * sizeof(uint64_t))
+        self.w.tmp = <uint64_t*>malloc(n * sizeof(uint64_t))
+        self.w.kc = <uint64_t*>malloc((n + 1) * sizeof(uint64_t))
+        self.w.dlist = <int32_t*>malloc((n + 1) * sizeof(int32_t))
+        self.w.sel = <uint64_t*>malloc((n + 1) * sizeof(uint64_t))
+        if (self.w.slots == NULL or self.w.aslots == NULL or self.w.vals == NULL
+                or self.w.act_list == NULL or self.w.nlist == NULL or self.w.keys == NULL
+                or self.w.tmp == NULL or self.w.kc == NULL or self.w.dlist == NULL
+                or self.w.sel == NULL):
+            self._free_nodes()
             self.n_nodes = -1
+            self.w.n = 0
             raise MemoryError(f"cannot allocate a spreading workspace for {n_nodes} nodes")
         self.n_nodes = n_nodes
-        self.stamp = 0
+        self.w.n = n_nodes
+        self.w.stamp = 0
         self.edges_scanned = 0
         self.steps = 0
 
     cdef int _ensure_seeds(self, Py_ssize_t n_seeds) except -1:
         """Scratch for the (deduplicated) seeds; grows, never shrinks."""
         cdef size_t cap
-        if n_seeds <= self.seeds_cap and self.useeds != NULL:
+        if n_seeds <= self.seeds_cap and self.w.useeds != NULL:
             return 0
         cap = <size_t>max(n_seeds, 16)
-        free(self.useeds)
-        free(self.useed_e)
-        free(self.sorted_seeds)
-        self.useeds = <int32_t*>malloc(cap * sizeof(int32_t))
-        self.useed_e = <float*>malloc(cap * sizeof(float))
-        self.sorted_seeds = <uint64_t*>malloc(cap * sizeof(uint64_t))
-        if self.useeds == NULL or self.useed_e == NULL or self.sorted_seeds == NULL:
-            free(self.useeds)
-            free(self.useed_e)
-            free(self.sorted_seeds)
-            self.useeds = NULL
-            self.useed_e = NULL
-            self.sorted_seeds = NULL
-            self.seeds_cap = 0
+        self._free_seeds()
+        self.w.useeds = <int32_t*>malloc(cap * sizeof(int32_t))
+        self.w.useed_e = <float*>malloc(cap * sizeof(float))
+        if self.w.useeds == NULL or self.w.useed_e == NULL:
+            self._free_seeds()
             raise MemoryError("cannot allocate seed scratch")
         self.seeds_cap = <Py_ssize_t>cap
         return 0
 
     cdef void _next_call(self, int64_t max_steps) noexcept:
         """Make room for 1 + max_steps fresh stamps (clear once every ~2^31 steps)."""
-        if <uint64_t>self.stamp + <uint64_t>max_steps + 2 >= <uint64_t>_STAMP_LIMIT:
-            memset(self.slots, 0, <size_t>max(self.n_nodes, 1) * sizeof(Slot))
-            memset(self.aslots, 0, <size_t>max(self.n_nodes, 1) * sizeof(ASlot))
-            self.stamp = 0
+        if <uint64_t>self.w.stamp + <uint64_t>max_steps + 2 >= <uint64_t>_STAMP_LIMIT:
+            memset(self.w.slots, 0, <size_t>max(self.n_nodes, 1) * sizeof(Slot))
+            memset(self.w.aslots, 0, <size_t>max(self.n_nodes, 1) * sizeof(ASlot))
+            self.w.stamp = 0
 
     @property
     def nbytes(self):
@@ -230,7 +235,7 @@ cdef class SpreadWorkspace:
         if self.n_nodes < 0:
             return 0
         return (max(self.n_nodes, 1) * (sizeof(Slot) + sizeof(ASlot) + 4 + 4 + 4 + 8 + 8 + 8 + 4 + 8)
-                + self.pairs_cap * 16)
+                + self.seeds_cap * 8)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,167 +277,18 @@ cdef inline float _key_value(uint64_t k) noexcept nogil:
     return x
 
 
-cdef inline void _prefetch_row(const CSRView* g, int32_t s, const Slot* slots) noexcept nogil:
-    """Prefetch the edge arrays and the first target slots of source ``s`` (rows are short
-    on average, so the in-row prefetch of _emit rarely covers the start of a row)."""
-    cdef int64_t p, start, end
-    if s >= g.n:
-        return
-    start = g.indptr[s]
-    end = g.indptr[s + 1]
-    if end - start > PF:
-        end = start + PF
-    for p in range(start, end):
-        CM_PREFETCH(&slots[g.indices[p]])
+cdef inline uint64_t _src_key(int32_t node, float e) noexcept nogil:
+    """(node, energy) packed so that sorting by the high half orders sources by node."""
+    cdef uint32_t bits
+    memcpy(&bits, &e, 4)
+    return ((<uint64_t>(<uint32_t>node)) << 32) | <uint64_t>bits
 
 
-cdef inline void _prefetch_edges(const CSRView* g, int32_t s) noexcept nogil:
-    """Prefetch the start of the edge rows of source ``s``."""
-    cdef int64_t start
-    if s >= g.n:
-        return
-    start = g.indptr[s]
-    CM_PREFETCH(&g.indices[start])
-    CM_PREFETCH(&g.weights[start])
-    if g.valid != NULL:
-        CM_PREFETCH(&g.valid[start])
-    if g.inhib != NULL:
-        CM_PREFETCH(&g.inhib[start])
-
-
-cdef inline void _emit(const CSRView* g, int32_t s, float e, float ae, float scale_pos,
-                       float scale_inh, bint use_inh, Slot* slots, float* vals, uint32_t st,
-                       int32_t* nlist, Py_ssize_t* nn, int64_t* scanned) noexcept nogil:
-    """Add the contributions of source ``s`` over its out-edges in ``g``.
-
-    ``e`` multiplies the ordinary edges, ``ae`` (>= 0 when ``e`` is an energy: its magnitude)
-    the inhibitory ones: ``c = -(ae·|w|)·scale_inh``.  Delta re-emission passes the change of
-    the energy and the change of its magnitude instead.
-    """
-    cdef int64_t p, start, end
-    cdef int32_t j
-    cdef float c
-    cdef float zero = 0.0
-    cdef Slot* sl
-    cdef const uint8_t* valid = g.valid
-    cdef const uint8_t* inhib = g.inhib
-    cdef const int32_t* indices = g.indices
-    cdef const float* weights = g.weights
-    cdef Py_ssize_t m = nn[0]
-    if s >= g.n:
-        return
-    start = g.indptr[s]
-    end = g.indptr[s + 1]
-    scanned[0] += end - start
-    if use_inh and inhib != NULL:
-        for p in range(start, end):
-            if p + PF < end:
-                CM_PREFETCH(&slots[indices[p + PF]])
-            if valid != NULL and valid[p] == 0:
-                continue
-            if inhib[p]:
-                c = -((ae * fabsf(weights[p])) * scale_inh)
-            else:
-                c = (e * weights[p]) * scale_pos
-            j = indices[p]
-            sl = &slots[j]
-            if sl.nstamp != st:
-                sl.nstamp = st
-                sl.nidx = <int32_t>m
-                nlist[m] = j
-                vals[m] = zero + c
-                m += 1
-            else:
-                vals[sl.nidx] += c
-    elif valid != NULL:
-        for p in range(start, end):
-            if p + PF < end:
-                CM_PREFETCH(&slots[indices[p + PF]])
-            if valid[p] == 0:
-                continue
-            c = (e * weights[p]) * scale_pos
-            j = indices[p]
-            sl = &slots[j]
-            if sl.nstamp != st:
-                sl.nstamp = st
-                sl.nidx = <int32_t>m
-                nlist[m] = j
-                vals[m] = zero + c
-                m += 1
-            else:
-                vals[sl.nidx] += c
-    else:
-        for p in range(start, end):
-            if p + PF < end:
-                CM_PREFETCH(&slots[indices[p + PF]])
-            c = (e * weights[p]) * scale_pos
-            j = indices[p]
-            sl = &slots[j]
-            if sl.nstamp != st:
-                sl.nstamp = st
-                sl.nidx = <int32_t>m
-                nlist[m] = j
-                vals[m] = zero + c
-                m += 1
-            else:
-                vals[sl.nidx] += c
-    nn[0] = m
-
-
-cdef inline void _emit_delta(const CSRView* g, int32_t s, float e, float ae, float scale_pos,
-                             float scale_inh, bint use_inh, Slot* slots, float* vals,
-                             uint32_t cst, uint32_t st, int32_t* nlist, Py_ssize_t* nn,
-                             int32_t* dlist, Py_ssize_t* nd, int64_t* scanned) noexcept nogil:
-    """Delta re-emission: add the contribution changes of source ``s`` to the persistent sums.
-
-    Same arithmetic as :func:`_emit`.  A slot stamped in this call (>= ``cst``) holds an entry
-    of the sums.  New entries are appended (``nlist``/``vals`` grow); an older entry touched
-    for the first time in this step (stamp != ``st``) is recorded in ``dlist`` (its cached key
-    must be recomputed).
-    """
-    cdef int64_t p, start, end
-    cdef int32_t j, q
-    cdef float c
-    cdef float zero = 0.0
-    cdef Slot* sl
-    cdef const uint8_t* valid = g.valid
-    cdef const uint8_t* inhib = g.inhib
-    cdef const int32_t* indices = g.indices
-    cdef const float* weights = g.weights
-    cdef bint inh = use_inh and inhib != NULL
-    cdef Py_ssize_t m = nn[0], d = nd[0]
-    if s >= g.n:
-        return
-    start = g.indptr[s]
-    end = g.indptr[s + 1]
-    scanned[0] += end - start
-    for p in range(start, end):
-        if p + PF < end:
-            CM_PREFETCH(&slots[indices[p + PF]])
-        if valid != NULL and valid[p] == 0:
-            continue
-        if inh and inhib[p]:
-            c = -((ae * fabsf(weights[p])) * scale_inh)
-        else:
-            c = (e * weights[p]) * scale_pos
-        j = indices[p]
-        sl = &slots[j]
-        if sl.nstamp != st:
-            if sl.nstamp < cst:
-                sl.nidx = <int32_t>m
-                nlist[m] = j
-                vals[m] = zero + c
-                m += 1
-            else:
-                q = sl.nidx
-                vals[q] += c
-                dlist[d] = q
-                d += 1
-            sl.nstamp = st
-        else:
-            vals[sl.nidx] += c
-    nn[0] = m
-    nd[0] = d
+cdef inline float _src_energy(uint64_t k) noexcept nogil:
+    cdef uint32_t bits = <uint32_t>(k & 0xFFFFFFFFu)
+    cdef float e
+    memcpy(&e, &bits, 4)
+    return e
 
 
 cdef void _radix_sort(uint64_t* a, uint64_t* tmp, Py_ssize_t n, int byte_lo,
@@ -454,8 +310,7 @@ cdef void _radix_sort(uint64_t* a, uint64_t* tmp, Py_ssize_t n, int byte_lo,
     cdef Py_ssize_t jj
     cdef int lo_shift = 8 * byte_lo
     if n < 64:
-        # stable insertion sort on the selected bytes (pairs may repeat a target node, and
-        # their emission order must be kept)
+        # stable insertion sort on the selected bytes
         for i in range(1, n):
             cur = a[i]
             jj = i - 1
@@ -491,20 +346,6 @@ cdef void _radix_sort(uint64_t* a, uint64_t* tmp, Py_ssize_t n, int byte_lo,
         memcpy(a, src, n * sizeof(uint64_t))
 
 
-cdef inline uint64_t _src_key(int32_t node, float e) noexcept nogil:
-    """(node, energy) packed so that sorting by the high half orders sources by node."""
-    cdef uint32_t bits
-    memcpy(&bits, &e, 4)
-    return ((<uint64_t>(<uint32_t>node)) << 32) | <uint64_t>bits
-
-
-cdef inline float _src_energy(uint64_t k) noexcept nogil:
-    cdef uint32_t bits = <uint32_t>(k & 0xFFFFFFFFu)
-    cdef float e
-    memcpy(&e, &bits, 4)
-    return e
-
-
 cdef Py_ssize_t _select_keys(uint64_t* keys, Py_ssize_t m, Py_ssize_t k, Py_ssize_t* hist,
                              uint64_t* tmp) noexcept nogil:
     """Move the ``k`` smallest of ``keys[:m]`` to the front (unordered); returns k.
@@ -535,82 +376,232 @@ cdef Py_ssize_t _select_keys(uint64_t* keys, Py_ssize_t m, Py_ssize_t k, Py_ssiz
     return k
 
 
-# Strategy switch of the propagation (see _spread_kernel).  Module globals so that tests can
-# force either path; both give bit-identical results.  Measured on the reference machine
-# (1M nodes / 10M edges, hub seeds) the scatter path was faster at every step size (3.0 ms vs
-# 4.0 ms), so the sort path is off by default; it stays for machines with small caches.
-cdef Py_ssize_t _SORT_MIN_EDGES = <Py_ssize_t>1 << 62
-cdef Py_ssize_t _SORT_MIN_NODES = 1 << 17
+# ---------------------------------------------------------------------------------------------
+# the edge loop: one body
+# ---------------------------------------------------------------------------------------------
 
+cdef inline bint _row(const CSRView* g, int32_t s, int64_t* start, int64_t* end) noexcept nogil:
+    """The edge range of source ``s`` clipped to the edge arrays; False when empty.
 
-def set_strategy(Py_ssize_t sort_min_edges=<Py_ssize_t>1 << 62, Py_ssize_t sort_min_nodes=1 << 17):
-    """Tune when a step accumulates by sorting (edges, nodes thresholds); returns the old ones.
-
-    A step whose sources have at least ``sort_min_edges`` out-edges, on a graph of at least
-    ``sort_min_nodes`` nodes, collects its contributions sequentially and sorts them by target
-    (stable LSD radix) instead of scattering them into the per-node slots: on graphs much
-    larger than the CPU caches that trades one cache miss per edge for a few sequential passes.
+    For a validated graph the clipping never changes anything; it is what keeps the kernel
+    inside the arrays whatever they hold.
     """
-    global _SORT_MIN_EDGES, _SORT_MIN_NODES
-    old = (_SORT_MIN_EDGES, _SORT_MIN_NODES)
-    _SORT_MIN_EDGES = sort_min_edges
-    _SORT_MIN_NODES = sort_min_nodes
-    return old
+    cdef int64_t a, b
+    if s >= g.n:
+        return False
+    a = g.indptr[s]
+    b = g.indptr[s + 1]
+    if a < 0:
+        a = 0
+    if b > g.e:
+        b = g.e
+    start[0] = a
+    end[0] = b
+    return a < b
 
 
-cdef inline Py_ssize_t _emit_pairs(const CSRView* g, int32_t s, float e, float ae,
-                                   float scale_pos, float scale_inh, bint use_inh,
-                                   uint64_t* pairs, Py_ssize_t m,
-                                   int64_t* scanned) noexcept nogil:
-    """Append (target, contribution) of source ``s`` to ``pairs`` (same arithmetic as _emit)."""
+cdef inline void _prefetch_row(const CSRView* g, int32_t s, const Slot* slots) noexcept nogil:
+    """Prefetch the first target slots of source ``s`` (rows are short on average, so the
+    in-row prefetch of _emit rarely covers the start of a row)."""
     cdef int64_t p, start, end
+    if not _row(g, s, &start, &end):
+        return
+    if end - start > PF:
+        end = start + PF
+    for p in range(start, end):
+        CM_PREFETCH(&slots[<uint32_t>g.indices[p]])   # a prefetch never faults
+
+
+cdef inline void _prefetch_edges(const CSRView* g, int32_t s) noexcept nogil:
+    """Prefetch the start of the edge rows of source ``s``."""
+    cdef int64_t start
+    if s >= g.n:
+        return
+    start = g.indptr[s]
+    CM_PREFETCH(&g.indices[start])
+    CM_PREFETCH(&g.weights[start])
+    if g.valid != NULL:
+        CM_PREFETCH(&g.valid[start])
+    if g.inhib != NULL:
+        CM_PREFETCH(&g.inhib[start])
+
+
+# Compile-time flags of the edge body: a fused type per flag over two empty tag structs.  Cython
+# generates one specialisation of _emit per combination and drops the branches of the other
+# value (``if Fresh is On``), so the machine code has no per-edge flag tests.
+ctypedef struct On:
+    char unused
+ctypedef struct Off:
+    char unused
+ctypedef fused Fresh:      # On: a step sum of its own (no delta re-emission)
+    On
+    Off
+ctypedef fused Valid:      # On: the graph has validity flags
+    On
+    Off
+ctypedef fused Inhib:      # On: inhibitory edges are scaled apart (multiplier != 1)
+    On
+    Off
+
+
+cdef inline void _emit(const CSRView* g, int32_t s, float e, float ae, const Params* p, Acc* a,
+                       const Fresh* fresh, const Valid* valid_flag,
+                       const Inhib* inhib_flag) noexcept nogil:
+    """Add the contributions of source ``s`` over its out-edges in ``g`` to the sums in ``a``.
+
+    The one edge-contribution body.  SPEC §3 step 2: an ordinary edge adds
+    ``(e·w)·scale_pos``, an inhibitory one (when the multiplier is not 1)
+    ``-(ae·|w|)·scale_inh``; ``e`` is the source's energy and ``ae`` its magnitude, or, for
+    delta re-emission, the change of the energy and of its magnitude.
+
+    A target's first touch in this step (slot stamp != ``st``) opens a new entry of the sums
+    when the sums are fresh (a step of its own) or the slot is not in them yet (stamp <
+    ``cst``); otherwise (delta re-emission) it adds to the older entry and records it in
+    ``dlist`` (its cached key must be refreshed).  The three tag pointers are never read: their
+    types select the specialisation.
+    """
+    cdef int64_t q, start, end
+    cdef int32_t j, k
     cdef float c
+    cdef float zero = 0.0
+    cdef Slot* sl
+    cdef Slot* slots = a.slots
+    cdef float* vals = a.vals
+    cdef int32_t* nlist = a.nlist
+    cdef int32_t* dlist = a.dlist
     cdef const uint8_t* valid = g.valid
     cdef const uint8_t* inhib = g.inhib
     cdef const int32_t* indices = g.indices
     cdef const float* weights = g.weights
-    if s >= g.n:
-        return m
-    start = g.indptr[s]
-    end = g.indptr[s + 1]
-    scanned[0] += end - start
-    for p in range(start, end):
-        if valid != NULL and valid[p] == 0:
-            continue
-        if use_inh and inhib != NULL and inhib[p]:
-            c = -((ae * fabsf(weights[p])) * scale_inh)
+    cdef uint32_t cst = a.cst, st = a.st, n = a.n_nodes
+    cdef float scale_pos = p.scale_pos, scale_inh = p.scale_inh
+    cdef Py_ssize_t m = a.nn, d = a.nd
+    if not _row(g, s, &start, &end):
+        return
+    a.scanned += end - start
+    for q in range(start, end):
+        if q + PF < end:
+            CM_PREFETCH(&slots[<uint32_t>indices[q + PF]])
+        if Valid is On:
+            if valid[q] == 0:
+                continue
+        j = indices[q]
+        if CM_UNLIKELY(<uint32_t>j >= n):
+            continue              # only a graph changed after validation gets here
+        if Inhib is On:
+            if inhib[q]:
+                c = -((ae * fabsf(weights[q])) * scale_inh)
+            else:
+                c = (e * weights[q]) * scale_pos
         else:
-            c = (e * weights[p]) * scale_pos
-        pairs[m] = _src_key(indices[p], c)
-        m += 1
-    return m
+            c = (e * weights[q]) * scale_pos
+        sl = &slots[j]
+        if sl.nstamp != st:
+            if Fresh is On:
+                sl.nidx = <int32_t>m
+                nlist[m] = j
+                vals[m] = zero + c
+                m += 1
+            else:
+                if sl.nstamp < cst:
+                    sl.nidx = <int32_t>m
+                    nlist[m] = j
+                    vals[m] = zero + c
+                    m += 1
+                else:
+                    k = sl.nidx
+                    vals[k] += c
+                    dlist[d] = k
+                    d += 1
+            sl.nstamp = st
+        else:
+            vals[sl.nidx] += c
+    a.nn = m
+    a.nd = d
 
 
-cdef inline int64_t _degree(const CSRView* g, int32_t s) noexcept nogil:
-    if s >= g.n:
-        return 0
-    return g.indptr[s + 1] - g.indptr[s]
+cdef void _emit_graph(const CSRView* g, int32_t s, float e, float ae, const Params* p, Acc* a,
+                      const Fresh* fresh) noexcept nogil:
+    """``_emit`` with the flags of graph ``g`` chosen at run time (the overlay's edges)."""
+    if g.valid != NULL:
+        if p.use_inh and g.inhib != NULL:
+            _emit(g, s, e, ae, p, a, fresh, <On*>NULL, <On*>NULL)
+        else:
+            _emit(g, s, e, ae, p, a, fresh, <On*>NULL, <Off*>NULL)
+    elif p.use_inh and g.inhib != NULL:
+        _emit(g, s, e, ae, p, a, fresh, <Off*>NULL, <On*>NULL)
+    else:
+        _emit(g, s, e, ae, p, a, fresh, <Off*>NULL, <Off*>NULL)
 
 
-cdef Py_ssize_t _spread_kernel(
-        const CSRView* g, const CSRView* x,
-        const int32_t* seed_nodes, const float* seed_energy, Py_ssize_t n_seeds,
-        int32_t* useeds, float* useed_e, uint64_t* sorted_seeds, Py_ssize_t n_nodes,
-        float decay, float thr, float lo, float hi, int64_t max_steps, bint reemit,
-        int64_t top_k, float teleport, float inhibit_multiplier,
-        Slot* slots, ASlot* aslots, float* vals, uint32_t* stamp, int32_t* act_list, int32_t* nlist,
-        uint64_t* keys, uint64_t* tmp, uint64_t* kc, int32_t* dlist, uint64_t* sel,
-        uint64_t** pairs, uint64_t** pairs_tmp,
-        Py_ssize_t* pairs_cap,
-        int64_t* scanned, int64_t* steps_run) noexcept nogil:
-    """The whole spread; leaves the result keys sorted in ``keys[:r]`` and returns r.
+cdef void _propagate(const CSRView* g, const CSRView* x, const uint64_t* src_keys,
+                     Py_ssize_t n_src, ASlot* aslots, const Params* p, Acc* a,
+                     const Fresh* fresh, const Valid* valid_flag,
+                     const Inhib* inhib_flag) noexcept nogil:
+    """SPEC §3 step 2 for one step: every source's contributions, by node index, base edges
+    then overlay edges.  ``src_keys``: the sources as packed (node, energy), sorted.
 
-    Per step, the contributions are accumulated either by scattering into the per-node slots
-    (small steps / graphs that fit in cache) or by sorting (target, contribution) pairs
-    (big steps on big graphs).  Both sum each target's contributions in the same order (sources
-    ascending, base then overlay edges, CSR order), so they agree bit for bit.  Afterwards every
-    pass works on a sequential list of packed keys (node, value); the per-node slots are only
-    touched again for the kept nodes (merge into ``act``).
+    Specialised (fused tags) for the base graph's flags, so its edge loop is ``_emit`` inlined
+    with the dead tests removed; the overlay, small and rare, dispatches per source.
+    Delta re-emission (``fresh`` Off): a source emits the change of its energy since it last
+    emitted (``ASlot.em``), and of the magnitude for inhibitory edges.
+    """
+    cdef Py_ssize_t i
+    cdef int32_t s
+    cdef float e, ae, old
+    cdef ASlot* asl
+    for i in range(n_src):
+        s = <int32_t>(src_keys[i] >> 32)
+        e = _src_energy(src_keys[i])
+        # software pipelining across sources: rows of later sources are random
+        # three stages: indptr (i+12), edge rows (i+6), target slots (i+2)
+        if i + 12 < n_src:
+            CM_PREFETCH(&g.indptr[<int32_t>(src_keys[i + 12] >> 32)])
+        if i + 6 < n_src:
+            _prefetch_edges(g, <int32_t>(src_keys[i + 6] >> 32))
+        if i + 2 < n_src:
+            _prefetch_row(g, <int32_t>(src_keys[i + 2] >> 32), a.slots)
+        if Fresh is On:
+            ae = fabsf(e)
+        else:
+            asl = &aslots[s]
+            old = asl.em
+            asl.em = e
+            ae = fabsf(e) - fabsf(old)
+            e = e - old
+        _emit(g, s, e, ae, p, a, fresh, valid_flag, inhib_flag)
+        if x.n > 0:
+            _emit_graph(x, s, e, ae, p, a, fresh)
+
+
+cdef void _propagate_step(const CSRView* g, const CSRView* x, const uint64_t* src_keys,
+                          Py_ssize_t n_src, ASlot* aslots, const Params* p, Acc* a,
+                          const Fresh* fresh) noexcept nogil:
+    """Dispatch to the specialisation of ``_propagate`` for the base graph's flags."""
+    if g.valid != NULL:
+        if p.use_inh and g.inhib != NULL:
+            _propagate(g, x, src_keys, n_src, aslots, p, a, fresh, <On*>NULL, <On*>NULL)
+        else:
+            _propagate(g, x, src_keys, n_src, aslots, p, a, fresh, <On*>NULL, <Off*>NULL)
+    elif p.use_inh and g.inhib != NULL:
+        _propagate(g, x, src_keys, n_src, aslots, p, a, fresh, <Off*>NULL, <On*>NULL)
+    else:
+        _propagate(g, x, src_keys, n_src, aslots, p, a, fresh, <Off*>NULL, <Off*>NULL)
+
+
+# ---------------------------------------------------------------------------------------------
+# the spread
+# ---------------------------------------------------------------------------------------------
+
+cdef Py_ssize_t _spread_kernel(const CSRView* g, const CSRView* x, const int32_t* seed_nodes,
+                               const float* seed_energy, Py_ssize_t n_seeds, Py_ssize_t n_nodes,
+                               const Params* p, Work* w, int64_t* steps_run,
+                               int64_t* scanned) noexcept nogil:
+    """The whole spread; leaves the result keys sorted in ``w.keys[:r]`` and returns r.
+
+    Per step the contributions are scattered into the per-node slots (``_emit``); afterwards
+    every pass works on a sequential list of packed keys (node, value); the per-node slots are
+    only touched again for the kept nodes (merge into ``act``).
 
     Re-emission (``reemit``) is computed by *delta re-emission*: the step sums are linear in
     the sources' energies, so the unclamped sums ``S`` persist across the steps of a call
@@ -622,41 +613,54 @@ cdef Py_ssize_t _spread_kernel(
     seed whose energy does not change is scanned once per call instead of once per step.
     Processing the whole of ``S`` stays cheap: the clamped key of every entry is cached
     (``kc``, with a histogram ``dh`` of the active ones), only the entries changed in a step
-    (``dlist``) are recomputed, and the top-k is selected from the cache.
+    (``dlist``) are recomputed, and the top-k is selected from the cache.  Sums built by
+    deltas may differ from a fresh recomputation in the last float32 bits.
 
     ``keys`` doubles as the source list of a step ((node, energy) packed, sorted by node): the
     sources are consumed by the propagation before the next pass reuses the buffer.
     """
-    cdef Py_ssize_t i, q, n_act = 0, nu = 0, n_src = 0, nn = 0, m, newly, r, n_pairs, si
-    cdef Py_ssize_t n_tel = 0, nd, n_on = 0, above, nb, need, cum, nn0
+    cdef Slot* slots = w.slots
+    cdef ASlot* aslots = w.aslots
+    cdef float* vals = w.vals
+    cdef int32_t* act_list = w.act_list
+    cdef int32_t* nlist = w.nlist
+    cdef uint64_t* keys = w.keys
+    cdef uint64_t* tmp = w.tmp
+    cdef uint64_t* kc = w.kc
+    cdef int32_t* dlist = w.dlist
+    cdef uint64_t* sel = w.sel
+    cdef int32_t* useeds = w.useeds
+    cdef float* useed_e = w.useed_e
+    cdef float thr = p.thr, lo = p.lo, hi = p.hi, tel = p.tel, omt = p.omt
+    cdef int64_t top_k = p.top_k
+    cdef bint reemit = p.reemit, do_tel = p.do_tel
+    cdef Py_ssize_t i, q, n_act = 0, nu = 0, n_src = 0, m, newly, r
+    cdef Py_ssize_t n_tel = 0, n_on = 0, above, nb, need, cum, nn0
+    cdef Py_ssize_t nn = 0, nd = 0     # entries of the sums / of dlist (locals: registers)
+    cdef uint32_t st = 0
     cdef Py_ssize_t hist[2048]
     cdef int32_t dh[2048]          # reemit: buckets of the active cached keys, whole call
     cdef uint64_t oldk, newk, kprev = 0
     cdef Py_ssize_t n_sel = 0, nc, c_le
     cdef int B
     cdef bint prev_cut = False     # reemit: the previous step's top-k dropped active entries
-    cdef int32_t s, j, jj
-    cdef float e, ae, val, old, acc
-    cdef float zero = 0.0
-    cdef int64_t step, est
+    cdef int32_t s, j
+    cdef float val, old
+    cdef int64_t step
     cdef uint64_t kk
-    cdef uint64_t* pbuf
     cdef Slot* sl
     cdef ASlot* asl
-    cdef bint use_sort
-    cdef bint delta = reemit
-    # float32 factors, computed exactly as the twin computes them (double, then rounded)
-    cdef float scale_pos = <float>(<double>decay * (1.0 - <double>teleport))
-    cdef float scale_inh = <float>(<double>decay * <double>inhibit_multiplier)
-    cdef float omt = <float>(1.0 - <double>teleport)
-    cdef float tel = teleport
-    cdef bint use_inh = inhibit_multiplier != 1.0
-    cdef bint do_tel = teleport > 0.0
-    cdef uint32_t cst, st
+    cdef uint32_t cst
+    cdef Acc a
 
-    stamp[0] += 1
-    cst = stamp[0]
-    scanned[0] = 0
+    w.stamp += 1
+    cst = w.stamp
+    a.slots = slots
+    a.vals = vals
+    a.nlist = nlist
+    a.dlist = dlist
+    a.n_nodes = <uint32_t>n_nodes
+    a.scanned = 0
     steps_run[0] = 0
     # seeds: duplicates add (in input order), then clamp
     for i in range(n_seeds):
@@ -676,10 +680,8 @@ cdef Py_ssize_t _spread_kernel(
         asl = &aslots[useeds[i]]
         asl.act = _clampf(asl.act, lo, hi)
         useed_e[i] = asl.act
-        sorted_seeds[i] = _src_key(useeds[i], useed_e[i])
-    sort(sorted_seeds, sorted_seeds + nu)     # for the merge-join of the teleport
-    # first sources (non-reemit): the active seeds, by node index
     if not reemit:
+        # first sources: the active seeds, by node index
         for i in range(nu):
             if _active(useed_e[i], thr):
                 keys[n_src] = _src_key(useeds[i], useed_e[i])
@@ -688,8 +690,8 @@ cdef Py_ssize_t _spread_kernel(
     else:
         memset(dh, 0, sizeof(dh))
         if do_tel:
-            # delta re-emission with teleport: the seeds own the first entries of the sums S
-            # (value 0 until an edge reaches them), in the order of useeds / useed_e
+            # with teleport the seeds own the first entries of the sums S (value 0 until an
+            # edge reaches them), in the order of useeds / useed_e
             for i in range(nu):
                 sl = &slots[useeds[i]]
                 sl.nstamp = cst
@@ -701,11 +703,13 @@ cdef Py_ssize_t _spread_kernel(
             n_tel = nu
 
     step = 0
-    while step < max_steps:
+    while step < p.max_steps:
         step += 1
-        stamp[0] += 1
-        st = stamp[0]
+        w.stamp += 1
+        st = w.stamp
         nd = 0
+        if not reemit:
+            nn = 0                        # a fresh step sum; reemit: S persists
         nn0 = nn
         # 1. sources (reemit: the nodes whose emitted energy changed -- every active node of
         #    act emits its act, an inactive one 0 -- by node index)
@@ -722,151 +726,45 @@ cdef Py_ssize_t _spread_kernel(
                     n_src += 1
             _radix_sort(keys, tmp, n_src, 4, 7)
         steps_run[0] = step
-        use_sort = False
-        if n_nodes >= _SORT_MIN_NODES:
-            est = 0
-            for i in range(n_src):
-                s = <int32_t>(keys[i] >> 32)
-                est += _degree(g, s) + _degree(x, s)
-            if est >= _SORT_MIN_EDGES:
-                use_sort = True
-                if est > pairs_cap[0]:
-                    pbuf = <uint64_t*>realloc(pairs[0], <size_t>est * sizeof(uint64_t))
-                    if pbuf != NULL:
-                        pairs[0] = pbuf
-                        pbuf = <uint64_t*>realloc(pairs_tmp[0], <size_t>est * sizeof(uint64_t))
-                        if pbuf != NULL:
-                            pairs_tmp[0] = pbuf
-                            pairs_cap[0] = est
-                    if est > pairs_cap[0]:
-                        use_sort = False       # out of memory: the scatter path needs none
         m = 0
-        if not delta:
+        # 2. propagate: scatter every source's contributions into the sums
+        a.nn = nn
+        a.nd = nd
+        a.st = st
+        a.cst = cst
+        if reemit:
+            _propagate_step(g, x, keys, n_src, aslots, p, &a, <Off*>NULL)
+        else:
+            _propagate_step(g, x, keys, n_src, aslots, p, &a, <On*>NULL)
+        nn = a.nn
+        nd = a.nd
+        if not reemit:
             memset(hist, 0, sizeof(hist))
-        if use_sort:
-            # 2s. propagate into a sequential list, stable-sort it by target, reduce runs
-            n_pairs = 0
-            for i in range(n_src):
-                s = <int32_t>(keys[i] >> 32)
-                e = _src_energy(keys[i])
-                if delta:
-                    asl = &aslots[s]
-                    old = asl.em
-                    asl.em = e
-                    ae = fabsf(e) - fabsf(old)
-                    e = e - old
-                else:
-                    ae = fabsf(e)
-                n_pairs = _emit_pairs(g, s, e, ae, scale_pos, scale_inh, use_inh, pairs[0],
-                                      n_pairs, scanned)
-                if x.n > 0:
-                    n_pairs = _emit_pairs(x, s, e, ae, scale_pos, scale_inh, use_inh, pairs[0],
-                                          n_pairs, scanned)
-            _radix_sort(pairs[0], pairs_tmp[0], n_pairs, 4, 7)
-            pbuf = pairs[0]
-            i = 0
-            si = 0
-            if delta:
-                # add each run, in order, to the persistent sums (as _emit_delta does)
-                while i < n_pairs:
-                    j = <int32_t>(pbuf[i] >> 32)
-                    sl = &slots[j]
-                    if sl.nstamp < cst:
+            # 3. teleport back to the seeds
+            if do_tel:
+                for i in range(nu):
+                    s = useeds[i]
+                    sl = &slots[s]
+                    if sl.nstamp != st:
+                        sl.nstamp = st
                         sl.nidx = <int32_t>nn
-                        nlist[nn] = j
-                        acc = zero + _src_energy(pbuf[i])
-                        q = nn
+                        nlist[nn] = s
+                        vals[nn] = 0.0
                         nn += 1
-                        i += 1
-                    else:
-                        q = sl.nidx
-                        acc = vals[q]
-                        dlist[nd] = <int32_t>q
-                        nd += 1
-                    sl.nstamp = st
-                    while i < n_pairs and <int32_t>(pbuf[i] >> 32) == j:
-                        acc = acc + _src_energy(pbuf[i])
-                        i += 1
-                    vals[q] = acc
-            while not delta and (i < n_pairs or (do_tel and si < nu)):
-                # next node: the smaller of the next pair target and the next seed
-                if i < n_pairs:
-                    j = <int32_t>(pbuf[i] >> 32)
-                else:
-                    j = 0x7FFFFFFF
-                if do_tel and si < nu and <int32_t>(sorted_seeds[si] >> 32) < j:
-                    j = <int32_t>(sorted_seeds[si] >> 32)
-                acc = 0.0
-                while i < n_pairs and <int32_t>(pbuf[i] >> 32) == j:
-                    acc = acc + _src_energy(pbuf[i])
-                    i += 1
-                # 3. teleport back to the seeds
-                if do_tel and si < nu and <int32_t>(sorted_seeds[si] >> 32) == j:
-                    acc = omt * acc + tel * _src_energy(sorted_seeds[si])
-                    si += 1
-                # 4. clamp, drop below threshold
-                val = _clampf(acc, lo, hi)
+                    vals[sl.nidx] = omt * vals[sl.nidx] + tel * useed_e[i]
+            # 4. clamp, drop below threshold
+            for i in range(nn):
+                j = nlist[i]
+                val = _clampf(vals[i], lo, hi)
                 if _active(val, thr):
                     kk = _key(val, j)
                     keys[m] = kk
                     hist[kk >> 53] += 1
                     m += 1
+            # 5. top-k by partial selection over this step's entries only
+            if top_k > 0 and m > top_k:
+                m = _select_keys(keys, m, <Py_ssize_t>top_k, hist, tmp)
         else:
-            # 2. propagate by scattering into the slots
-            if not delta:
-                nn = 0
-            for i in range(n_src):
-                s = <int32_t>(keys[i] >> 32)
-                e = _src_energy(keys[i])
-                # software pipelining across sources: rows of later sources are random
-                # three stages: indptr (i+12), edge rows (i+6), target slots (i+2)
-                if i + 12 < n_src:
-                    CM_PREFETCH(&g.indptr[<int32_t>(keys[i + 12] >> 32)])
-                if i + 6 < n_src:
-                    _prefetch_edges(g, <int32_t>(keys[i + 6] >> 32))
-                if i + 2 < n_src:
-                    _prefetch_row(g, <int32_t>(keys[i + 2] >> 32), slots)
-                if delta:
-                    asl = &aslots[s]
-                    old = asl.em
-                    asl.em = e
-                    ae = fabsf(e) - fabsf(old)
-                    e = e - old
-                    _emit_delta(g, s, e, ae, scale_pos, scale_inh, use_inh, slots, vals,
-                                cst, st, nlist, &nn, dlist, &nd, scanned)
-                    if x.n > 0:
-                        _emit_delta(x, s, e, ae, scale_pos, scale_inh, use_inh, slots, vals,
-                                    cst, st, nlist, &nn, dlist, &nd, scanned)
-                    continue
-                ae = fabsf(e)
-                _emit(g, s, e, ae, scale_pos, scale_inh, use_inh, slots, vals, st, nlist, &nn,
-                      scanned)
-                if x.n > 0:
-                    _emit(x, s, e, ae, scale_pos, scale_inh, use_inh, slots, vals, st, nlist,
-                          &nn, scanned)
-            if not delta:
-                # 3. teleport back to the seeds
-                if do_tel:
-                    for i in range(nu):
-                        s = useeds[i]
-                        sl = &slots[s]
-                        if sl.nstamp != st:
-                            sl.nstamp = st
-                            sl.nidx = <int32_t>nn
-                            nlist[nn] = s
-                            vals[nn] = 0.0
-                            nn += 1
-                        vals[sl.nidx] = omt * vals[sl.nidx] + tel * useed_e[i]
-                # 4. clamp, drop below threshold
-                for i in range(nn):
-                    j = nlist[i]
-                    val = _clampf(vals[i], lo, hi)
-                    if _active(val, thr):
-                        kk = _key(val, j)
-                        keys[m] = kk
-                        hist[kk >> 53] += 1
-                        m += 1
-        if delta:
             # 3. teleport (on a copy of S: the seeds are its first n_tel entries), 4. clamp,
             #    drop below threshold: refresh the cached keys of the entries that changed
             #    (older entries in dlist, the seeds' every step: their teleport term; the
@@ -980,9 +878,6 @@ cdef Py_ssize_t _spread_kernel(
                     if kk != CM_KNONE:
                         keys[m] = kk
                         m += 1
-        # 5. top-k by partial selection over this step's entries only
-        elif top_k > 0 and m > top_k:
-            m = _select_keys(keys, m, <Py_ssize_t>top_k, hist, tmp)
         # 6. merge by absolute maximum; collect the next sources (non-reemit)
         newly = 0
         for i in range(m):
@@ -1015,6 +910,7 @@ cdef Py_ssize_t _spread_kernel(
         elif m == 0:
             break
 
+    scanned[0] = a.scanned
     r = 0
     for i in range(n_act):
         j = act_list[i]
@@ -1035,56 +931,56 @@ cdef void _finish(const uint64_t* keys, Py_ssize_t r, int32_t* out_nodes,
         out_energy[i] = _key_value(keys[i])
 
 
-cdef int _view(CSRView* v, object arrays) except -1:
-    """Fill ``v`` from (indptr, indices, weights, valid, inhibitory); None -> empty graph."""
-    cdef const int64_t[::1] indptr
-    cdef const int32_t[::1] indices
-    cdef const float[::1] weights
-    cdef const uint8_t[::1] valid
-    cdef const uint8_t[::1] inhib
-    if arrays is None:
-        v.indptr = &_EMPTY_INDPTR[0]
-        v.indices = &_EMPTY_I32[0]
-        v.weights = &_EMPTY_F32[0]
-        v.valid = NULL
-        v.inhib = NULL
-        v.n = 0
-        return 0
-    a_indptr, a_indices, a_weights, a_valid, a_inhib = arrays
-    indptr = a_indptr
-    if indptr.shape[0] < 1:
-        raise ValueError("indptr must have at least one entry")
-    indices = a_indices if a_indices.shape[0] > 0 else _EMPTY_I32
-    weights = a_weights if a_weights.shape[0] > 0 else _EMPTY_F32
-    v.indptr = &indptr[0]
-    v.indices = &indices[0]
-    v.weights = &weights[0]
-    v.n = indptr.shape[0] - 1
-    v.valid = NULL
-    v.inhib = NULL
-    if a_valid is not None and a_valid.shape[0] > 0:
-        valid = a_valid
-        v.valid = &valid[0]
-    if a_inhib is not None and a_inhib.shape[0] > 0:
-        inhib = a_inhib
-        v.inhib = &inhib[0]
-    return 0
-
+# ---------------------------------------------------------------------------------------------
+# Python shells
+# ---------------------------------------------------------------------------------------------
 
 cdef class GraphView:
-    """The raw pointers of one validated CSR, taken once (``CSR`` keeps one per graph).
+    """The raw pointers of one CSR (``CSR`` keeps one per graph).
 
-    Holds references to the arrays, so the pointers stay valid; flipping entries of ``valid``
-    in place is seen by later calls, replacing the arrays is not.
+    Holds the buffers of the five arrays (typed memoryviews), so the memory stays valid and an
+    array cannot be resized while the view lives.  Checks the lengths (O(1)); the values are
+    the ``CSR``'s business, and the kernel stays in bounds whatever they are.  Flipping
+    entries of ``valid`` in place is seen by later calls.
     """
 
     cdef CSRView v
-    cdef object _refs
+    cdef const int64_t[::1] _indptr
+    cdef const int32_t[::1] _indices
+    cdef const float[::1] _weights
+    cdef const uint8_t[::1] _valid
+    cdef const uint8_t[::1] _inhib
 
     def __init__(self, indptr, indices, weights, valid=None, inhibitory=None):
-        arrays = (indptr, indices, weights, valid, inhibitory)
-        _view(&self.v, arrays)
-        self._refs = arrays
+        self._indptr = indptr
+        self._indices = indices
+        self._weights = weights
+        cdef Py_ssize_t e = self._indices.shape[0]
+        if self._indptr.shape[0] < 1:
+            raise ValueError("indptr must have at least one entry")
+        if self._indptr.shape[0] - 1 > 0x7FFFFFFF:
+            raise ValueError("too many nodes for int32 indices")
+        if self._weights.shape[0] != e:
+            raise ValueError("weights must have one entry per edge")
+        self.v.indptr = &self._indptr[0]
+        self.v.indices = &self._indices[0] if e > 0 else &_EMPTY_I32[0]
+        self.v.weights = &self._weights[0] if e > 0 else &_EMPTY_F32[0]
+        self.v.n = self._indptr.shape[0] - 1
+        self.v.e = e
+        self.v.valid = NULL
+        self.v.inhib = NULL
+        if valid is not None:
+            self._valid = valid
+            if self._valid.shape[0] != e:
+                raise ValueError("valid must have one entry per edge")
+            if e > 0:
+                self.v.valid = &self._valid[0]
+        if inhibitory is not None:
+            self._inhib = inhibitory
+            if self._inhib.shape[0] != e:
+                raise ValueError("inhibitory must have one entry per edge")
+            if e > 0:
+                self.v.inhib = &self._inhib[0]
 
     @property
     def n_nodes(self):
@@ -1114,19 +1010,22 @@ def spread_view(GraphView graph, GraphView extra, seed_nodes, seed_energy, float
 
     ``extra`` may be None.  Seeds must be int32/float32 contiguous arrays.
     """
-    cdef const int32_t[::1] sn = seed_nodes
-    cdef const float[::1] se = seed_energy
-    cdef const CSRView* x = &_EMPTY_VIEW.v if extra is None else &extra.v
-    return _run(&graph.v, x, sn, se, decay, threshold, lo, hi, max_steps, reemit, top_k,
-                teleport, inhibit_multiplier, workspace)
+    if graph is None:
+        raise TypeError("graph must be a GraphView")
+    return _run(graph, _EMPTY_VIEW if extra is None else extra, seed_nodes, seed_energy, decay,
+                threshold, lo, hi, max_steps, reemit, top_k, teleport, inhibit_multiplier,
+                workspace)
 
 
-cdef object _run(const CSRView* g, const CSRView* x, const int32_t[::1] sn,
-                 const float[::1] se, float decay, float threshold, float lo, float hi,
-                 int64_t max_steps, bint reemit, int64_t top_k, float teleport,
-                 float inhibit_multiplier, SpreadWorkspace ws):
+cdef object _run(GraphView graph, GraphView extra, const int32_t[::1] sn, const float[::1] se,
+                 float decay, float threshold, float lo, float hi, int64_t max_steps,
+                 bint reemit, int64_t top_k, float teleport, float inhibit_multiplier,
+                 SpreadWorkspace ws):
     cdef Py_ssize_t n_seeds = sn.shape[0], i, n, r
     cdef int64_t scanned = 0, steps_run = 0
+    cdef Params p
+    cdef const CSRView* g = &graph.v
+    cdef const CSRView* x = &extra.v
     if se.shape[0] != n_seeds:
         raise ValueError("seed_nodes and seed_energy must have the same length")
     if max_steps < 0 or max_steps > 0x7FFFFFFF:
@@ -1141,24 +1040,30 @@ cdef object _run(const CSRView* g, const CSRView* x, const int32_t[::1] sn,
         ws.ensure(n)
     ws._next_call(max_steps)
     ws._ensure_seeds(n_seeds)
+    # float32 factors, computed exactly as the twin computes them (double, then rounded)
+    p.thr = threshold
+    p.lo = lo
+    p.hi = hi
+    p.tel = teleport
+    p.scale_pos = <float>(<double>decay * (1.0 - <double>teleport))
+    p.scale_inh = <float>(<double>decay * <double>inhibit_multiplier)
+    p.omt = <float>(1.0 - <double>teleport)
+    p.max_steps = max_steps
+    p.top_k = top_k
+    p.reemit = reemit
+    p.use_inh = inhibit_multiplier != 1.0
+    p.do_tel = teleport > 0.0
     cdef const int32_t* sn_p = &sn[0] if n_seeds > 0 else NULL
     cdef const float* se_p = &se[0] if n_seeds > 0 else NULL
     with nogil:
-        r = _spread_kernel(g, x, sn_p, se_p, n_seeds, ws.useeds, ws.useed_e,
-                           ws.sorted_seeds, n,
-                           decay, threshold, lo, hi, max_steps, reemit, top_k, teleport,
-                           inhibit_multiplier, ws.slots, ws.aslots, ws.vals, &ws.stamp, ws.act_list,
-                           ws.nlist,
-                           ws.keys, ws.tmp, ws.kc, ws.dlist, ws.sel,
-                           &ws.pairs, &ws.pairs_tmp, &ws.pairs_cap,
-                           &scanned, &steps_run)
+        r = _spread_kernel(g, x, sn_p, se_p, n_seeds, n, &p, &ws.w, &steps_run, &scanned)
     out_nodes = np.empty(r, dtype=np.int32)
     out_energy = np.empty(r, dtype=np.float32)
     cdef int32_t[::1] on = out_nodes
     cdef float[::1] oe = out_energy
     if r > 0:
         with nogil:
-            _finish(ws.keys, r, &on[0], &oe[0])
+            _finish(ws.w.keys, r, &on[0], &oe[0])
     ws.edges_scanned = scanned
     ws.steps = steps_run
     return out_nodes, out_energy
@@ -1168,12 +1073,14 @@ def spread(indptr, indices, weights, seed_nodes, seed_energy, *, valid=None, inh
            float decay=0.7, float threshold=0.1, float lo=-1.0, float hi=1.0,
            int64_t max_steps=5, bint reemit=True, int64_t top_k=0, float teleport=0.0,
            float inhibit_multiplier=1.0, extra=None, SpreadWorkspace workspace=None):
-    """Spreading activation over raw CSR arrays (SPEC §3); unchecked fast path.
+    """Spreading activation over raw CSR arrays (SPEC §3); the unvalidated fast path.
 
     Parameters
     ----------
     indptr, indices, weights : int64[N+1], int32[E], float32[E]
-        The graph; must already be valid (``causalmem.spreading.CSR`` checks it).
+        The graph; meant to be valid already (``causalmem.spreading.CSR`` checks it).  Values
+        that are not (rows outside the edge arrays, targets out of range) give meaningless
+        energies but no out-of-bounds access; wrong lengths raise ``ValueError``.
     seed_nodes, seed_energy : int32[S], float32[S]
         Seeds; duplicates add, then clamp.
     valid, inhibitory : uint8[E] or None
@@ -1188,67 +1095,10 @@ def spread(indptr, indices, weights, seed_nodes, seed_energy, *, valid=None, inh
     nodes : int32[K], energy : float32[K]
         Nodes with |energy| >= threshold, by |energy| descending then node index.
     """
-    cdef CSRView g, x
-    _view(&g, (indptr, indices, weights, valid, inhibitory))
-    _view(&x, extra)
-    return _run(&g, &x, seed_nodes, seed_energy, decay, threshold, lo, hi, max_steps, reemit,
-                top_k, teleport, inhibit_multiplier, workspace)
-
-
-def clamp(float[::1] values, float lo, float hi):
-    """Clamp ``values`` to [lo, hi] in place (NaN is left as is)."""
-    cdef Py_ssize_t i, n = values.shape[0]
-    with nogil:
-        for i in range(n):
-            values[i] = _clampf(values[i], lo, hi)
-
-
-def absmax_merge(float[::1] act, const int32_t[::1] nodes, const float[::1] values):
-    """``act[n] = v`` where ``|v| > |act[n]|`` (in order); returns how many entries changed.
-
-    ``nodes`` must be in range of ``act`` (unchecked beyond a length test).
-    """
-    cdef Py_ssize_t i, changed = 0, n = nodes.shape[0]
-    cdef int32_t j
-    if values.shape[0] != n:
-        raise ValueError("nodes and values must have the same length")
-    for i in range(n):
-        if nodes[i] < 0 or nodes[i] >= act.shape[0]:
-            raise ValueError(f"node {nodes[i]} out of range [0, {act.shape[0]})")
-    with nogil:
-        for i in range(n):
-            j = nodes[i]
-            if fabsf(values[i]) > fabsf(act[j]):
-                act[j] = values[i]
-                changed += 1
-    return changed
-
-
-def select_top_k(const int32_t[::1] nodes, const float[::1] energy, Py_ssize_t k):
-    """Positions (into ``nodes``) of the top ``k`` entries by |energy| desc, node asc, position asc.
-
-    Partial selection (introselect) over the given entries only, then a sort of the k kept.
-    """
-    cdef Py_ssize_t n = nodes.shape[0], i, kk
-    if energy.shape[0] != n:
-        raise ValueError("nodes and energy must have the same length")
-    if k < 0:
-        raise ValueError("k must be >= 0")
-    kk = min(k, n)
-    cdef vector[pair[uint64_t, int64_t]] keys
-    keys.resize(n)
-    out = np.empty(kk, dtype=np.int64)
-    cdef int64_t[::1] o = out
-    with nogil:
-        for i in range(n):
-            keys[i].first = _key(energy[i], nodes[i]) & ~(<uint64_t>1)  # sign is no tie-break
-            keys[i].second = i
-        if kk < n:
-            nth_element(keys.begin(), keys.begin() + kk, keys.end())
-        sort(keys.begin(), keys.begin() + kk)
-        for i in range(kk):
-            o[i] = keys[i].second
-    return out
+    graph = GraphView(indptr, indices, weights, valid, inhibitory)
+    overlay = _EMPTY_VIEW if extra is None else GraphView(*extra)
+    return _run(graph, overlay, seed_nodes, seed_energy, decay, threshold, lo, hi, max_steps,
+                reemit, top_k, teleport, inhibit_multiplier, workspace)
 
 
 def coo_to_csr(Py_ssize_t n_nodes, const int32_t[::1] src, const int32_t[::1] dst,
@@ -1344,7 +1194,7 @@ def transpose_csr(Py_ssize_t n_nodes, const int64_t[::1] indptr, const int32_t[:
     cdef uint8_t[::1] oh
     if E >= 0x7FFFFFFF:
         raise ValueError("transpose_csr needs fewer than 2**31 edges")
-    if indptr.shape[0] != n_nodes + 1 or weights.shape[0] != E:
+    if n_nodes < 0 or indptr.shape[0] != n_nodes + 1 or weights.shape[0] != E:
         raise ValueError("inconsistent CSR arrays")
     r_indptr_a = np.zeros(n_nodes + 1, dtype=np.int64)
     r_indices_a = np.empty(E, dtype=np.int32)
@@ -1372,6 +1222,11 @@ def transpose_csr(Py_ssize_t n_nodes, const int64_t[::1] indptr, const int32_t[:
         if E > 0:
             h_p = &h_in[0]
             oh_p = &oh[0]
+    if indptr[0] != 0 or indptr[n_nodes] != E:
+        raise ValueError("indptr must start at 0 and end at len(indices)")
+    for s in range(n_nodes):
+        if indptr[s + 1] < indptr[s]:
+            raise ValueError("indptr must be non-decreasing (monotone)")
     for e in range(E):
         if indices[e] < 0 or indices[e] >= n_nodes:
             raise ValueError(f"indices[{e}] = {indices[e]} out of range [0, {n_nodes})")

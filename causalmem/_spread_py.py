@@ -208,44 +208,6 @@ def spread_view(graph, extra, seed_nodes, seed_energy, decay, threshold, lo, hi,
                   extra=None if extra is None else extra.arrays, workspace=workspace)
 
 
-def set_strategy(sort_min_edges=1 << 62, sort_min_nodes=1 << 17):
-    """Twin of the compiled strategy switch (the reference has a single strategy)."""
-    return (sort_min_edges, sort_min_nodes)
-
-
-def clamp(values, lo, hi) -> None:
-    """Clamp ``values`` (float32) to [lo, hi] in place (NaN is left as is)."""
-    lo, hi = F32(lo), F32(hi)
-    for i in range(len(values)):
-        values[i] = _clampf(values[i], lo, hi)
-
-
-def absmax_merge(act, nodes, values) -> int:
-    """``act[n] = v`` where ``|v| > |act[n]|`` (in order); returns how many entries changed."""
-    if len(nodes) != len(values):
-        raise ValueError("nodes and values must have the same length")
-    for j in nodes:
-        if not 0 <= j < len(act):
-            raise ValueError(f"node {j} out of range [0, {len(act)})")
-    changed = 0
-    for j, v in zip(nodes, values):
-        if abs(v) > abs(act[j]):
-            act[j] = v
-            changed += 1
-    return changed
-
-
-def select_top_k(nodes, energy, k):
-    """Positions of the top ``k`` entries by |energy| desc, node asc, position asc."""
-    if len(nodes) != len(energy):
-        raise ValueError("nodes and energy must have the same length")
-    if k < 0:
-        raise ValueError("k must be >= 0")
-    order = sorted(range(len(nodes)),
-                   key=lambda i: (-abs(float(F32(energy[i]))), int(nodes[i]), i))
-    return np.array(order[: min(k, len(nodes))], dtype=np.int64)
-
-
 def coo_to_csr(n_nodes, src, dst, weights, valid=None, inhibitory=None):
     """COO -> CSR, stable by (src, original position); see the compiled twin."""
     src = np.asarray(src)

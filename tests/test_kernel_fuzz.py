@@ -1,6 +1,8 @@
 """Bounded kernel fuzz test (issue 9): thousands of random malformed and valid array
-combinations through ``CSR``, ``spread``, ``CSR.from_coo`` and ``CausalGraph``, run in a child
-process so that a crash (SIGSEGV, abort) fails the test instead of killing pytest.
+combinations through ``CSR``, ``spread``, ``CSR.from_coo`` and ``CausalGraph``, plus arrays
+scribbled on after validation (forced writable) and kernel-typed garbage handed straight to the
+compiled module, run in a child process so that a crash (SIGSEGV, abort) fails the test instead
+of killing pytest.
 
 The child asserts that every rejection is a ``ValueError``/``TypeError`` (``KeyError`` only
 where the API documents it: unknown node ids and edge keys of a ``CausalGraph``), that every
@@ -270,6 +272,73 @@ def case_graph_arrays(rng):
     check_result(g.reverse.spread(seeds, energy, **params), g.n_nodes, params)
 
 
+def scribble(rng, arr, n):
+    """Force ``arr`` writable (behind the CSR's back) and write garbage into it."""
+    if arr is None or not len(arr):
+        return
+    base = arr
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    base.flags.writeable = True          # numpy allows it on an owner array: deliberate abuse
+    arr.flags.writeable = True
+    for _ in range(int(rng.integers(1, 4))):
+        i = int(rng.integers(0, len(arr)))
+        if arr.dtype.kind in "iu":
+            info = np.iinfo(arr.dtype)
+            arr[i] = int(rng.choice([info.min, info.max, -1, n, n + 1, 2**31 - 1,
+                                     int(rng.integers(-n - 2, n + 3))]).clip(info.min, info.max))
+        else:
+            arr[i] = rng.choice([np.nan, np.inf, -np.inf, 3e38, -3e38, 0.0, 1e-40])
+
+
+def case_hostile_mutation(rng):
+    """Arrays changed after validation by forcing them writable: wrong answers are allowed,
+    a crash or an out-of-range node is not (the kernel clips rows and skips bad targets)."""
+    from causalmem.spreading import CSR
+    n, indptr, indices, weights, valid, inhib = good_graph(rng)
+    csr = CSR(indptr, indices, weights, valid=valid, inhibitory=inhib,
+              copy=bool(rng.random() < 0.5))
+    if rng.random() < 0.5:
+        csr.spread([0] if n else [], [1.0] if n else [])   # a kernel view exists already
+    for arr in (csr.indptr, csr.indices, csr.weights, csr.valid, csr.inhibitory):
+        if rng.random() < 0.5:
+            scribble(rng, arr, n)
+    seeds, energy = rand_seeds(rng, n)
+    params = rand_params(rng)
+    check_result(csr.spread(seeds, energy, **params), n, params)
+
+
+def case_raw_kernel(rng):
+    """Kernel-typed garbage straight into the compiled module (no CSR validation at all)."""
+    from causalmem import _kernels
+    n = int(rng.integers(1, 40))
+    e = int(rng.integers(0, 100))
+    indptr = rng.integers(-5, e + 5, n + 1).astype(np.int64)
+    if rng.random() < 0.2:
+        indptr[rng.integers(0, n + 1)] = rng.choice([2**62, -2**62])
+    indices = rng.integers(-2**31, 2**31 - 1, e, dtype=np.int64).astype(np.int32)
+    if rng.random() < 0.5:
+        indices = rng.integers(-2, n + 2, e).astype(np.int32)
+    weights = rng.uniform(-3, 3, e + (1 if rng.random() < 0.05 else 0)).astype(np.float32)
+    valid = rng.integers(0, 256, e).astype(np.uint8) if rng.random() < 0.5 else None
+    inhib = rng.integers(0, 256, e).astype(np.uint8) if rng.random() < 0.5 else None
+    seeds = rng.integers(0, n, int(rng.integers(0, 6))).astype(np.int32)
+    energy = rng.uniform(-1.5, 1.5, len(seeds)).astype(np.float32)
+    params = {k: v for k, v in rand_params(rng).items() if k != "bogus"}
+    try:
+        from causalmem.spreading import _check_params
+        kw = _check_params(params)
+    except (ValueError, TypeError):
+        kw = _check_params({})
+    extra = None
+    if rng.random() < 0.3:
+        extra = (np.array([0, 2], np.int64), np.array([n + 7, -1], np.int32),
+                 np.ones(2, np.float32), None, None)
+    out = _kernels.compiled.spread(indptr, indices, weights, seeds, energy, valid=valid,
+                                   inhibitory=inhib, extra=extra, **kw)
+    check_result(out, n + (1 if extra is not None and n < 1 else 0), kw)
+
+
 CASE_KINDS = {
     # kind -> (function, exceptions a rejection may raise)
     "csr": (case_csr, (ValueError, TypeError)),
@@ -278,6 +347,8 @@ CASE_KINDS = {
     "copy_false_then_write": (case_copy_false_then_write, (ValueError, TypeError)),
     "graph": (case_graph, (ValueError, TypeError, KeyError)),   # KeyError: unknown ids / keys
     "graph_arrays": (case_graph_arrays, (ValueError, TypeError, KeyError)),
+    "hostile_mutation": (case_hostile_mutation, (ValueError, TypeError)),
+    "raw_kernel": (case_raw_kernel, (ValueError, TypeError)),
 }
 
 
@@ -323,7 +394,7 @@ def test_kernel_fuzz_in_a_subprocess():
     for kind in CASE_KINDS:
         # both sides of every kind are exercised: some inputs accepted, some refused
         assert summary["outcomes"].get(f"{kind}:accepted", 0) > 0, summary
-        if kind != "copy_false_then_write":
+        if kind not in ("copy_false_then_write", "hostile_mutation", "raw_kernel"):
             assert summary["outcomes"].get(f"{kind}:rejected", 0) > 0, summary
 
 
