@@ -118,3 +118,43 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# -- pytest-benchmark / regression gate: BM25Index against bm25s on the same corpus --------------
+
+try:
+    import pytest
+except ImportError:  # the script above runs without pytest
+    pytest = None
+
+if pytest is not None:
+
+    @pytest.mark.gate
+    def test_gate_lexical_vs_bm25s(benchmark):
+        """Per-query search (tokenize + score + top 10) over 20k Zipf docs, batches of 20 queries;
+        the peer is bm25s (same k1/b, same tokens, one ``retrieve`` call per query)."""
+        bm25s = pytest.importorskip("bm25s")
+        from conftest import peer_ratio
+
+        rng = np.random.default_rng(0)
+        vocab = make_vocab(rng, VOCAB)
+        queries = make_queries(rng, vocab, 20)
+        corpus = make_corpus(rng, vocab, 20_000)
+        index = BM25Index()
+        index.add_many(list(enumerate(corpus)))
+        tok = index.tokenizer.tokenize
+        ref = bm25s.BM25(k1=1.2, b=0.75)
+        ref.index([tok(c) for c in corpus], show_progress=False)
+        assert int(ref.retrieve([tok(queries[0])], k=1, show_progress=False).documents[0][0]) == \
+            int(index.search(queries[0], top_k=1)[0][0])  # same top hit: the same work is timed
+
+        def ours():
+            for q in queries:
+                index.search(q, top_k=10)
+
+        def peer():
+            for q in queries:
+                ref.retrieve([tok(q)], k=10, show_progress=False)
+
+        benchmark.group = "gate: lexical 20k docs"
+        peer_ratio(benchmark, ours, peer, peer_name="bm25s", rounds=15)

@@ -101,3 +101,29 @@ def test_add_session_of_20(benchmark, tmp_path):
 
     benchmark.pedantic(add, rounds=100, iterations=1)
     m.close()
+
+
+@pytest.mark.gate
+def test_gate_search_vs_exact_scan(benchmark, mem, qs):
+    """``Memory.search`` (the default pipeline of a store without an embedder: BM25 + graph,
+    fused) against an exact scan, rank-bm25 scoring every text of the store, 10 queries a round."""
+    rank_bm25 = pytest.importorskip("rank_bm25")
+    from conftest import peer_ratio
+    from causalmem.lexical import tokenize
+
+    gen = S.TextGen(0)
+    corpus = gen.texts(N // 2, "t") + gen.texts(N - N // 2, "d")
+    bm = rank_bm25.BM25Okapi([tokenize(t) for t in corpus])
+    batch = qs[:10]
+    tokens = [tokenize(q) for q in batch]
+
+    def ours():
+        for q in batch:
+            mem.search(q, reinforce=False)
+
+    def peer():
+        for t in tokens:
+            np.argpartition(-bm.get_scores(t), 10)[:10]
+
+    benchmark.group = f"gate: search {N // 1000}k vs exact scan"
+    peer_ratio(benchmark, ours, peer, peer_name="rank-bm25 exact scan", rounds=10)

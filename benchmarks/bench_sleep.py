@@ -165,5 +165,52 @@ def main() -> None:
     print(md)
 
 
+# -- pytest-benchmark / regression gate: one sleep cycle against a full read of the same store ---
+
+try:
+    import pytest
+except ImportError:  # the script above runs without pytest
+    pytest = None
+
+if pytest is not None:
+
+    @pytest.mark.gate
+    def test_gate_sleep_vs_full_read(benchmark, tmp_path):
+        """Open + one sleep cycle on a fresh copy of a 10k-edge store (30 days after the writes);
+        the peer opens another copy with raw sqlite3 and reads every row of every table: the I/O
+        floor of any pass over the whole store.  The ratio is far below 1; it tracks how much the
+        consolidation stages cost on top of reading what they look at."""
+        import shutil
+
+        from conftest import peer_ratio
+
+        rounds, warmup = 8, 2
+        master = tmp_path / "master.db"
+        build_store(str(master), 10_000)
+        copies = []
+        for i in range(2 * (rounds + warmup)):
+            dst = tmp_path / f"copy{i}.db"
+            shutil.copyfile(master, dst)
+            copies.append(dst)
+        ours_copies, peer_copies = iter(copies[::2]), iter(copies[1::2])
+
+        def ours():
+            with Memory(str(next(ours_copies)), embedder=None) as mem:
+                mem.sleep(now=T + 30 * DAY)
+
+        def peer():
+            con = sqlite3.connect(next(peer_copies))
+            try:
+                tables = [r[0] for r in con.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+                for name in tables:
+                    con.execute(f'SELECT * FROM "{name}"').fetchall()
+            finally:
+                con.close()
+
+        benchmark.group = "gate: sleep 10k edges"
+        peer_ratio(benchmark, ours, peer, peer_name="sqlite3 full read", rounds=rounds, warmup=warmup)
+
+
 if __name__ == "__main__":
     main()

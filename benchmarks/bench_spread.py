@@ -15,7 +15,7 @@ from causalmem import _spread_py
 from causalmem.graph import CausalGraph
 from causalmem.spreading import CSR
 
-from conftest import N_SEEDS, PRESETS, graph, hub_seeds, random_seed_sets
+from conftest import N_SEEDS, PRESETS, graph, hub_seeds, peer_ratio, random_seed_sets
 
 ENERGY = np.full(N_SEEDS, 0.75, np.float32)
 
@@ -91,3 +91,27 @@ def test_causal_graph_build_and_bytes_per_edge(benchmark):
                                                            inhibitory=inh, edge_keys=keys),
                            rounds=1, iterations=1)
     benchmark.extra_info["bytes_per_edge"] = g.nbytes / g.n_edges
+
+
+# -- regression gate: the compiled kernel against the numpy frontier, same process -------------
+
+try:  # the numpy frontiers live beside the benchmarks once moved out of the package
+    from frontiers import spread_vectorized as _numpy_frontier
+except ImportError:
+    _numpy_frontier = _spread_py.spread_vectorized
+
+
+@pytest.mark.gate
+@pytest.mark.parametrize(("preset", "kind"), [("causal", "random"), ("causal", "hub"), ("pedsa", "hub")])
+def test_gate_kernel_vs_numpy_frontier(benchmark, preset, kind):
+    csr, _ = graph("100k")
+    params = PRESETS[preset]
+    sets = [hub_seeds(csr)] if kind == "hub" else random_seed_sets(csr.n_nodes, 8)
+    ours_it, peer_it = itertools.cycle(sets), itertools.cycle(sets)
+    benchmark.group = f"gate: spread 100k {preset} {kind}"
+    peer_ratio(
+        benchmark,
+        lambda: csr.spread(next(ours_it), ENERGY, **params),
+        lambda: _numpy_frontier(csr.indptr, csr.indices, csr.weights, next(peer_it), ENERGY,
+                                inhibitory=csr.inhibitory, **params),
+        peer_name="numpy frontier", rounds=30)

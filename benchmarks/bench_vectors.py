@@ -188,5 +188,40 @@ def _nlist(n: int) -> int:
     return max(16, min(int(2 ** round(np.log2(4.0 * np.sqrt(n)))), 2048, n))
 
 
+# -- pytest-benchmark / regression gate: the default (IVF) search against the exact scan ---------
+
+try:
+    import pytest
+except ImportError:  # the script above runs without pytest
+    pytest = None
+
+if pytest is not None:
+
+    @pytest.mark.gate
+    def test_gate_vector_search_vs_exact_scan(benchmark):
+        """60k clustered vectors (above ``ivf_min``, so the default search is IVF with its
+        calibrated nprobe), 20 fresh queries a round, top 50; the peer is ``exact=True`` on the
+        same index (one matrix-vector product + argpartition over every vector)."""
+        from conftest import peer_ratio
+
+        gen = Clustered(seed=0)
+        ix, _ = build(60_000, gen.draw)
+        qs = gen.draw(20, seed=99)
+        ix.search(qs[0], top_k=50)  # trains the IVF lists outside the timed part
+        assert ix.nlist > 0
+
+        def ours():
+            for q in qs:
+                ix.search(q, top_k=50)
+
+        def peer():
+            for q in qs:
+                ix.search(q, top_k=50, exact=True)
+
+        benchmark.group = "gate: vector search 60k"
+        benchmark.extra_info["nprobe"] = int(ix.nprobe)
+        peer_ratio(benchmark, ours, peer, peer_name="exact scan (numpy)", rounds=15)
+
+
 if __name__ == "__main__":
     main()

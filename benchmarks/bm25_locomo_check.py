@@ -81,6 +81,9 @@ def evaluate(convs, tokenizer: Tokenizer, k: int = 10) -> dict:
 
 def main() -> None:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_PATH
+    if not path.is_file():
+        sys.exit(f"bm25_locomo_check: {path} not found (the eval data is read from ../shared/data "
+                 "next to the checkout, or give its path)")
     convs = load(path)
     stop_lists = {
         "no stop words": (),

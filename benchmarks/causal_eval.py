@@ -214,6 +214,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     graphs = load(args.data)
+    if not graphs:  # never replace the committed table with empty rows
+        print(f"causal_eval: no graph_*.json under {args.data} (the eval data is read from "
+              "../shared/data next to the checkout, or give --data); nothing written to "
+              f"{args.out}", file=sys.stderr)
+        return 2
     embedder = None
     if args.embedder != "none":
         from causalmem.semantic import resolve_embedder

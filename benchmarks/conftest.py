@@ -1,12 +1,66 @@
-"""Shared fixtures of the benchmark suites: seeded synthetic power-law graphs."""
+"""Shared fixtures of the benchmark suites: seeded synthetic power-law graphs, the collection of
+``bench_*.py`` files and the peer-ratio helper of the regression gate (``benchmarks/gate.py``)."""
 from __future__ import annotations
 
 import os
+import statistics
+import sys
+import time
+from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # idle BLAS threads steal a core
 
 import numpy as np
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # suites import their sibling helpers
+
+# -- collection: the suites are named bench_*.py (pytest's default only collects test_*.py) --------
+
+
+def pytest_collect_file(file_path, parent):
+    if file_path.suffix == ".py" and file_path.name.startswith("bench_"):
+        return pytest.Module.from_parent(parent, path=file_path)
+    return None
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "gate: a peer-ratio benchmark read by benchmarks/gate.py (kept quick)")
+
+
+# -- the regression gate's figure: a ratio against a peer timed in the same process ------------
+
+
+def peer_ratio(benchmark, ours, peer, *, peer_name: str, rounds: int = 15, warmup: int = 2) -> float | None:
+    """Time ``ours`` with pytest-benchmark and ``peer`` (the same work done by a reference
+    implementation) alternately in the same process, and record ``peer median / ours median`` in
+    ``benchmark.extra_info["ratio"]`` (higher = ours faster relative to the peer).
+
+    The peer runs as pytest-benchmark's untimed ``setup`` of every round, timed here, so the two
+    alternate round by round and a load change on the machine hits both.  Absolute medians on a
+    shared machine move by about ±30% from run to run; their ratio moves much less, which is
+    what ``benchmarks/gate.py`` compares with the committed baseline.
+    """
+    peer_times: list[float] = []
+
+    def timed_peer():
+        t = time.perf_counter()
+        peer()
+        peer_times.append(time.perf_counter() - t)
+
+    for _ in range(warmup):
+        ours()
+        peer()
+    benchmark.extra_info["peer"] = peer_name
+    benchmark.pedantic(ours, setup=timed_peer, rounds=rounds, iterations=1)
+    if benchmark.stats is None or not peer_times:  # --benchmark-disable: nothing was timed
+        return None
+    ours_median = benchmark.stats.stats.median
+    peer_median = statistics.median(peer_times)
+    ratio = peer_median / ours_median
+    benchmark.extra_info.update(ratio=ratio, peer_median_s=peer_median, ours_median_s=ours_median)
+    return ratio
 
 SIZES = {"100k": (100_000, 1_000_000), "1M": (1_000_000, 10_000_000)}
 N_SEEDS = 10

@@ -242,7 +242,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="also print the summary as JSON")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    if not Path(args.data).is_file():  # never replace the committed table with empty rows
+        print(f"locomo_retrieval: {args.data} not found (the eval data is read from ../shared/data "
+              f"next to the checkout, or give --data); nothing written to {args.out}", file=sys.stderr)
+        return 2
     convs = load(args.data)
+    if not convs:
+        print(f"locomo_retrieval: no conversations in {args.data}; nothing written to {args.out}",
+              file=sys.stderr)
+        return 2
     emb = make_embedder(args.embedder)
     if emb is not None:  # encode every turn once, in big batches
         emb.encode([f"{t['speaker']}: {t['text']}" for c in convs for _, _, ts in c["sessions"] for t in ts])
