@@ -157,4 +157,4 @@ if pytest is not None:
                 ref.retrieve([tok(q)], k=10, show_progress=False)
 
         benchmark.group = "gate: lexical 20k docs"
-        peer_ratio(benchmark, ours, peer, peer_name="bm25s", rounds=15)
+        peer_ratio(benchmark, ours, peer, peer_name="bm25s", rounds=25)

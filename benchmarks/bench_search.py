@@ -109,7 +109,7 @@ def test_gate_search_vs_exact_scan(benchmark, mem, qs):
     fused) against an exact scan, rank-bm25 scoring every text of the store, 10 queries a round."""
     rank_bm25 = pytest.importorskip("rank_bm25")
     from conftest import peer_ratio
-    from causalmem.lexical import tokenize
+    from causalmem.tokenizer import tokenize
 
     gen = S.TextGen(0)
     corpus = gen.texts(N // 2, "t") + gen.texts(N - N // 2, "d")

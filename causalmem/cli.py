@@ -189,8 +189,52 @@ def cmd_ui(args, out) -> int:
     return 0
 
 
+DISTRIBUTION = "causalmem-engine"  # the name on the package index (import package: causalmem)
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the distribution, its version and whether the compiled kernel loaded."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import __version__
+        from ._kernels import HAVE_EXTENSION
+
+        kernel = "compiled" if HAVE_EXTENSION else "pure-Python reference (no compiled extension)"
+        print(f"{DISTRIBUTION} {__version__} (import causalmem; kernel: {kernel})")
+        parser.exit()
+
+
+def _configure_logging(verbose: int, quiet: bool) -> None:
+    """The ``causalmem`` logger to stderr: warnings by default, -v info, -vv debug, -q errors only."""
+    import logging
+
+    if quiet:
+        level = logging.ERROR
+    elif verbose >= 2:
+        level = logging.DEBUG
+    elif verbose == 1:
+        level = logging.INFO
+    else:
+        level = logging.WARNING
+    logger = logging.getLogger("causalmem")
+    logger.setLevel(level)
+    if not any(getattr(h, "_causalmem_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+        handler._causalmem_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="causalmem", description="Long-term causal memory for AI agents.")
+    p.add_argument("--version", action=_VersionAction, help="print the version and exit")
+    noise = p.add_mutually_exclusive_group()
+    noise.add_argument("-v", "--verbose", action="count", default=0,
+                       help="log progress to stderr (-v info, -vv debug)")
+    noise.add_argument("-q", "--quiet", action="store_true", help="log errors only")
     p.add_argument("--db", help="database file (default: $CAUSALMEM_DB or the user data directory)")
     p.add_argument("--semantic", action="store_true", help="load the sentence-transformers embedder")
     sub = p.add_subparsers(dest="command", required=True)
@@ -257,12 +301,18 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--semantic", action="store_true", default=argparse.SUPPRESS,
                         help="load the sentence-transformers embedder")
         sp.add_argument("--user-id", dest="user_id", default=None, help="scope: the user's memories only")
+        sp_noise = sp.add_mutually_exclusive_group()
+        sp_noise.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                              help="log progress to stderr (-v info, -vv debug)")
+        sp_noise.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                              help="log errors only")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _configure_logging(args.verbose, args.quiet)
     out = sys.stdout
     from .errors import CausalMemError
 
