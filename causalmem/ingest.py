@@ -86,6 +86,15 @@ def check_text(value: Any, name: str) -> str:
     return value
 
 
+def check_limit(limit: Any, name: str = "limit") -> int:
+    """A result count: an integer in [1, 10000]."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"{name} must be an integer, got {type(limit).__name__}")
+    if limit <= 0 or limit > 10000:
+        raise ValueError(f"{name} must be between 1 and 10000, got {limit}")
+    return limit
+
+
 def check_confidence(value: Any, name: str = "confidence") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number in [0, 1], got {type(value).__name__}")

@@ -7,15 +7,13 @@ queries to ``causal``, retrieval to ``retrieval``, learning to ``learning``, sle
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import logging
 import math
 import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from . import causal, consolidation, ingest, learning, metadata_filter, retrieval
+from . import causal, consolidation, ingest, learning, retrieval
 from . import write as w
 from .chunks import ChunkTable
 from .config import Config
@@ -23,7 +21,6 @@ from .errors import ConfigurationError
 from .projection import Projection
 from .store import Store
 from .store.base import ChunkRow, EdgeRow
-from .judges import MAX_DISTILLED_ITEMS, validate_distilled
 from .types import SOURCES_CONFIDENCE, Activation, AddResult, Chunk, Edge, Hit, InterventionReport, Relation, \
     SleepReport, to_timestamp
 from .views import Views
@@ -32,10 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .semantic import Embedder, VectorIndex
 
 __all__ = ["Memory"]
-
-log = logging.getLogger("causalmem")
-
-_GET_ALL_FILTERS = ("user_id", "agent_id", "run_id", "session_id", "kind")
 
 
 class Memory:
@@ -211,25 +204,12 @@ class Memory:
             metadata = w.check_metadata(metadata)
         vec = self._views.vectors_for([text]).get(text) if text is not None else None
         with self._views.write() as fx:
-            row = self._require_chunk(chunk_id)
-            if row.valid_to is not None:
-                raise ValueError(f"chunk {chunk_id!r} was deleted")
-            if metadata is not None:
-                merged = {**(json.loads(row.metadata) if row.metadata else {}), **metadata}
-                self._store.set_chunk_metadata(row.nid, {k: v for k, v in merged.items() if v is not None})
-                if text is None:
-                    self._views.count_write(fx)
-            if text is not None:
-                w.update_text(self._views, fx, row, text, vec)
+            w.update_chunk(self._views, fx, self._require_chunk(chunk_id), text, vec, metadata)
         return self.get(chunk_id)
 
     def history(self, chunk_id: str) -> list[dict[str, Any]]:
         """Events of a chunk: create, update (old → new text), delete; oldest first."""
-        row = self._require_chunk(chunk_id)
-        events = [{"event": h.event, "old_text": h.old_text, "new_text": h.new_text, "at": h.at}
-                  for h in self._store.history(row.nid)]
-        first_text = next((e["old_text"] for e in events if e["event"] == "update"), row.text)
-        return [{"event": "create", "old_text": None, "new_text": first_text, "at": row.created_at}] + events
+        return retrieval.chunk_history(self._store, self._require_chunk(chunk_id))
 
     def add(self, messages: Any, *, user_id: str | None = None, agent_id: str | None = None,
             run_id: str | None = None, session_id: str | None = None, metadata: Mapping[str, Any] | None = None,
@@ -252,21 +232,7 @@ class Memory:
             raise ConfigurationError(
                 "add(..., infer=True) needs an LLM distiller: pass Memory(distiller=LLMDistiller(...)) or set "
                 "CAUSALMEM_LLM_BASE_URL and use causalmem.LLMDistiller.from_env()")
-        distilled: list[Any] = []
-        skipped: list[str] = []
-        error: str | None = None
-        if infer:
-            try:
-                answer = self.distiller.distill([{"speaker": s, "text": t} for s, t, _ in turns])
-            except Exception as exc:  # the turns are stored anyway; the failure is reported
-                error = f"{type(exc).__name__}: {exc}"
-                log.warning("causalmem: distiller failed, storing the turns only: %s", error)
-            else:
-                max_items = getattr(self.distiller, "max_items", MAX_DISTILLED_ITEMS)
-                checked = validate_distilled(answer, max_items=max_items if isinstance(max_items, int)
-                                             and not isinstance(max_items, bool) and max_items >= 1
-                                             else MAX_DISTILLED_ITEMS)
-                distilled, skipped = list(checked), list(checked.skipped)
+        distilled, skipped, error = w.distill(self.distiller, turns) if infer else ([], [], None)
         session = session_id or w.new_session_id()
         rows = w.turn_rows(turns, scope=scope, session=session, metadata=metadata, event_time=et,
                            q_init=self.config.q_init)
@@ -283,22 +249,7 @@ class Memory:
                 metadata: Mapping[str, Any] | None = None, **kwargs: Any) -> list[Chunk]:
         """Chunks matching exact-value filters (user_id, agent_id, run_id, session_id, kind) and, when
         given, a ``metadata`` filter (see ``causalmem.metadata_filter``), oldest first."""
-        flt = dict(filters or {})
-        flt.update(kwargs)
-        bad = set(flt) - set(_GET_ALL_FILTERS)
-        if bad:
-            raise ValueError(f"unknown filter keys {sorted(bad)}; allowed: {sorted(_GET_ALL_FILTERS)}")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-            raise ValueError(f"limit must be a positive integer, got {limit!r}")
-        if metadata is None:
-            nids = self._store.chunk_nids(filters=flt, limit=limit)
-        else:
-            spec = metadata_filter.validate(metadata)
-            nids = self._store.chunk_nids(filters=flt)
-            meta = self._store.chunk_metadata(nids)
-            nids = [n for n in nids if metadata_filter.matches(meta.get(n), spec)][:limit]
-        rows = self._store.chunk_rows_by_nid(nids)
-        return [rows[n].to_chunk() for n in nids if n in rows]
+        return retrieval.list_chunks(self._store, {**(filters or {}), **kwargs}, metadata, limit)
 
     def get(self, chunk_id: str) -> Chunk:
         return self._require_chunk(chunk_id).to_chunk()
@@ -312,22 +263,10 @@ class Memory:
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            c: dict[str, Any] = dict(self._store.counts())
-            c["path"] = self.path
-            c["schema_version"] = self._store.user_version()
-            c["graph_rebuilds"] = self._views.projection.rebuilds
-            c["embedder"] = self._views.embedder_name
-            return c
+            return {**self._store.counts(), "path": self.path, "schema_version": self._store.user_version(),
+                    "graph_rebuilds": self._views.projection.rebuilds, "embedder": self._views.embedder_name}
 
     # ------------------------------------------------------------------ causal queries
-    @staticmethod
-    def _check_limit(limit: Any, name: str = "limit") -> int:
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            raise TypeError(f"{name} must be an integer, got {type(limit).__name__}")
-        if limit <= 0 or limit > 10000:
-            raise ValueError(f"{name} must be between 1 and 10000, got {limit}")
-        return limit
-
     def search_causal(self, query: str, *, limit: int = 5, task_tag: str | None = None,
                       user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
                       include_seeds: bool = False, **spread_overrides: Any) -> list[Activation]:
@@ -349,7 +288,7 @@ class Memory:
         sc = w.check_scope(*scope)
         if not isinstance(query, str):
             raise TypeError(f"query must be a string, got {type(query).__name__}")
-        limit = self._check_limit(limit)
+        limit = ingest.check_limit(limit)
         with self._lock:
             return causal.spread_query(self._views, query, reverse=reverse, limit=limit, task_tag=task_tag,
                                        scope=sc, include_seeds=include_seeds, overrides=overrides)
@@ -359,7 +298,7 @@ class Memory:
         """Predict what doing ``action`` again leads to, with causal chains and a risk label."""
         if not isinstance(action, str):
             raise TypeError(f"action must be a string, got {type(action).__name__}")
-        limit = self._check_limit(limit)
+        limit = ingest.check_limit(limit)
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 1 <= max_depth <= 20:
             raise ValueError(f"max_depth must be an integer between 1 and 20, got {max_depth!r}")
         sc = w.check_scope(user_id, agent_id, run_id)

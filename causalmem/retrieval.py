@@ -15,7 +15,8 @@ import numpy as np
 
 from . import learning, metadata_filter
 from .config import Config
-from .types import Hit, to_timestamp
+from .store.base import ChunkRow, StoreBackend
+from .types import Chunk, Hit, to_timestamp
 from .views import Views
 
 CHANNELS = ("lexical", "semantic", "graph")
@@ -444,3 +445,34 @@ def _reinforce(views: Views, nids: list[int]) -> None:
         views.store.touch_chunks(nids, now)
         pairs = learning.hebbian_credit(views.store, nids, now, views.config)
         views.accessed(fx, nids, learned_links=bool(pairs))
+
+
+LIST_FILTERS = ("user_id", "agent_id", "run_id", "session_id", "kind")
+
+
+def list_chunks(store: StoreBackend, filters: Mapping[str, Any], metadata: Mapping[str, Any] | None,
+                limit: Any) -> list[Chunk]:
+    """Live chunks whose columns equal ``filters`` (keys ``LIST_FILTERS``) and whose metadata matches the
+    ``metadata`` filter (``None``: any), oldest first, at most ``limit``."""
+    bad = set(filters) - set(LIST_FILTERS)
+    if bad:
+        raise ValueError(f"unknown filter keys {sorted(bad)}; allowed: {sorted(LIST_FILTERS)}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        raise ValueError(f"limit must be a positive integer, got {limit!r}")
+    if metadata is None:
+        nids = store.chunk_nids(filters=filters, limit=limit)
+    else:
+        spec = metadata_filter.validate(metadata)
+        nids = store.chunk_nids(filters=filters)
+        meta = store.chunk_metadata(nids)
+        nids = [n for n in nids if metadata_filter.matches(meta.get(n), spec)][:limit]
+    rows = store.chunk_rows_by_nid(nids)
+    return [rows[n].to_chunk() for n in nids if n in rows]
+
+
+def chunk_history(store: StoreBackend, row: ChunkRow) -> list[dict[str, Any]]:
+    """Events of a chunk: create, update (old → new text), delete; oldest first."""
+    events = [{"event": h.event, "old_text": h.old_text, "new_text": h.new_text, "at": h.at}
+              for h in store.history(row.nid)]
+    first_text = next((e["old_text"] for e in events if e["event"] == "update"), row.text)
+    return [{"event": "create", "old_text": None, "new_text": first_text, "at": row.created_at}] + events

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from . import ingest
+from .judges import MAX_DISTILLED_ITEMS, validate_distilled
 from .store.base import ChunkRow, EdgeRow
 from .types import SOURCES_CONFIDENCE, Chunk, Edge, Relation, to_timestamp
 from .views import Effects, NewChunk, NewEdge, Scope, Views
@@ -278,6 +279,20 @@ def add_fact(views: Views, fx: Effects, key: str, value: str, scope: Scope, *, c
     return cid
 
 
+def update_chunk(views: Views, fx: Effects, row: ChunkRow, text: str | None, vec: np.ndarray | None,
+                 metadata: Mapping[str, Any] | None) -> None:
+    """Merge checked ``metadata`` into a live chunk's (a ``None`` value removes the key) and/or replace its text."""
+    if row.valid_to is not None:
+        raise ValueError(f"chunk {row.id!r} was deleted")
+    if metadata is not None:
+        merged = {**(json.loads(row.metadata) if row.metadata else {}), **metadata}
+        views.store.set_chunk_metadata(row.nid, {k: v for k, v in merged.items() if v is not None})
+        if text is None:
+            views.count_write(fx)
+    if text is not None:
+        update_text(views, fx, row, text, vec)
+
+
 def update_text(views: Views, fx: Effects, row: ChunkRow, text: str, vec: np.ndarray | None) -> None:
     if row.valid_to is not None:
         raise ValueError(f"chunk {row.id!r} was deleted")
@@ -345,6 +360,25 @@ def add_turns(views: Views, fx: Effects, rows: list[dict[str, Any]], scope: Scop
     return [Chunk(id=c.id, text=r["text"], kind="turn", q_value=r["q_value"], importance=5.0, created_at=now,
                   event_time=r["event_time"], user_id=scope[0], agent_id=scope[1], run_id=scope[2],
                   session_id=session, metadata=r["metadata"]) for c, r in zip(created, rows)]
+
+
+def distill(distiller: Any, turns: Sequence[tuple[str | None, str, Mapping[str, Any]]]
+            ) -> tuple[list[Any], list[str], str | None]:
+    """Ask the distiller about the turns (no lock held): (checked items, skipped reasons, error).
+
+    A failed call or an unusable answer never stops the turns from being stored: it is logged and
+    returned as the error; bad items are skipped; at most the distiller's ``max_items`` are kept."""
+    try:
+        answer = distiller.distill([{"speaker": s, "text": t} for s, t, _ in turns])
+    except Exception as exc:  # the turns are stored anyway; the failure is reported
+        error = f"{type(exc).__name__}: {exc}"
+        log.warning("causalmem: distiller failed, storing the turns only: %s", error)
+        return [], [], error
+    max_items = getattr(distiller, "max_items", MAX_DISTILLED_ITEMS)
+    if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
+        max_items = MAX_DISTILLED_ITEMS
+    checked = validate_distilled(answer, max_items=max_items)
+    return list(checked), list(checked.skipped), None
 
 
 def apply_distilled(views: Views, fx: Effects, items: Sequence[Any], scope: Scope, et: float | None) -> list[str]:
