@@ -192,3 +192,16 @@ def test_mypy_sees_the_public_api(tmp_path):
     errors = [line for line in out.splitlines() if ": error:" in line]
     assert errors and all(line.startswith("bad.py:5:") for line in errors), out
     assert 'Argument 1 to "search" of "Memory" has incompatible type "int"; expected "str"' in out, out
+
+
+def test_readme_layout_block_lists_every_module():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("\n## Layout\n")
+    block_start = text.index("```\n", start) + 4
+    block = text[block_start: text.index("```\n", block_start)]
+    listed = re.findall(r"^\s*(causalmem/\S+\.(?:py|pyx))\s", block, re.M)
+    actual = sorted(p.relative_to(ROOT).as_posix() for p in [*PKG.rglob("*.py"), *PKG.rglob("*.pyx")])
+    assert len(listed) == len(set(listed)), "a module is listed twice in the README Layout block"
+    missing = sorted(set(actual) - set(listed))
+    stale = sorted(set(listed) - set(actual))
+    assert not missing and not stale, f"README Layout block: missing {missing}, not in the tree {stale}"
