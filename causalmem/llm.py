@@ -118,7 +118,8 @@ class _DeadlineConnectionMixin:
         super().__init__(*args, **kwargs)  # type: ignore[call-arg]
         self._deadline = deadline
         self._create_connection = self._open_socket
-        self.response_class = functools.partial(_DeadlineResponse, deadline=deadline)
+        # an instance attribute (http.client looks it up on self): the response reads under the same deadline
+        setattr(self, "response_class", functools.partial(_DeadlineResponse, deadline=deadline))
 
     def _open_socket(self, address: Any, timeout: Any = None, source_address: Any = None) -> socket.socket:
         sock = socket.create_connection(address, _remaining(self._deadline), source_address)
@@ -144,9 +145,13 @@ class _HTTPHandler(urllib.request.HTTPHandler):
 
 
 class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, context: ssl.SSLContext) -> None:
+        super().__init__(context=context)
+        self._tls = context
+
     def https_open(self, req: Any) -> Any:
         return self.do_open(functools.partial(_DeadlineHTTPSConnection, deadline=req.deadline), req,
-                            context=self._context)
+                            context=self._tls)
 
 
 def _opener() -> urllib.request.OpenerDirector:

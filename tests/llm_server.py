@@ -33,7 +33,10 @@ from typing import Any, Callable
 
 
 class FakeLLM:
-    def __init__(self, default: str | Callable[[dict], str] | None = None) -> None:
+    def __init__(self, default: str | Callable[[dict], str] | None = None,
+                 tls: tuple[str, str] | None = None) -> None:
+        """``tls=(certfile, keyfile)`` serves HTTPS instead of HTTP."""
+        self.tls = tls
         self.default = default if default is not None else '{"supersedes": false, "reasoning": "default"}'
         self.script: deque[tuple[str, Any]] = deque()
         self.requests: list[dict] = []
@@ -77,7 +80,7 @@ class FakeLLM:
     def base_url(self) -> str:
         assert self._server is not None
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"{'https' if self.tls else 'http'}://{host}:{port}/v1"
 
     @property
     def port(self) -> int:
@@ -169,6 +172,12 @@ class FakeLLM:
                     pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if self.tls:
+            import ssl
+
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*self.tls)
+            self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         daemon=True)

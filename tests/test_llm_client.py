@@ -287,3 +287,41 @@ def test_distilled_items_are_validated_one_by_one():
     again = validate_distilled([DistilledItem("fact", "ok"), DistilledItem("causal", "no decision"), "junk"])
     assert again == [DistilledItem("fact", "ok")] and len(again.skipped) == 2
     assert validate_distilled("not a list") == [] and validate_distilled(None).skipped
+
+
+# ------------------------------------------------------------------------------ HTTPS
+
+
+@pytest.fixture
+def tls_files(tmp_path):
+    """A self-signed certificate for 127.0.0.1 (made with the openssl command line)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+def test_https_endpoint_answers_and_keeps_the_deadline(tls_files, monkeypatch):
+    monkeypatch.setenv("SSL_CERT_FILE", tls_files[0])  # trust the test certificate (default context reads it)
+    with FakeLLM(default=YES, tls=tls_files) as llm:
+        assert llm.base_url.startswith("https://127.0.0.1:")
+        assert _judge(llm, api_key="sk-tls").decide(OLD, NEW, **TEXTS).supersedes
+        assert llm.headers[-1]["Authorization"] == "Bearer sk-tls"
+        llm.stream(_trickle("body"), delay=0.1)
+        t0 = time.monotonic()
+        with pytest.raises(LLMError, match="timed out"):
+            _judge(llm, timeout=1.0).decide(OLD, NEW, **TEXTS)
+        assert time.monotonic() - t0 < 1.0 + SLACK
+
+
+def test_untrusted_certificate_is_an_llm_error(tls_files, monkeypatch):
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    with FakeLLM(default=YES, tls=tls_files) as llm:
+        with pytest.raises(LLMError, match="certificate"):
+            _judge(llm, api_key="sk-tls").decide(OLD, NEW, **TEXTS)
