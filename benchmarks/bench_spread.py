@@ -11,6 +11,7 @@ import itertools
 import numpy as np
 import pytest
 
+import frontiers
 from causalmem import _spread_py
 from causalmem.graph import CausalGraph
 from causalmem.spreading import CSR
@@ -49,7 +50,7 @@ def test_spread_numpy_frontier(benchmark, size, preset, kind):
     benchmark.extra_info["impl"] = "numpy frontier"
 
     def run():
-        return _spread_py.spread_vectorized(csr.indptr, csr.indices, csr.weights, next(seeds),
+        return frontiers.spread_vectorized(csr.indptr, csr.indices, csr.weights, next(seeds),
                                             ENERGY, inhibitory=csr.inhibitory, **params)
 
     benchmark.pedantic(run, rounds=10, iterations=1, warmup_rounds=1)

@@ -7,7 +7,7 @@
                                                  # revision REV, built into a temporary dir
 
 Compiled ``CSR.spread`` (arrays validated once, outside the timing) against the vectorised
-numpy frontier implementation of the same semantics (``_spread_py.spread_vectorized``, bit-for-
+numpy frontier implementation of the same semantics (``benchmarks/frontiers.py``, bit-for-
 bit equal results) in one run, medians over many repetitions; "edges/s" counts the out-edges
 scanned by the kernel per query (``CSR.spread_with_stats``) divided by the median latency.
 """
@@ -35,6 +35,7 @@ sys.path.insert(0, str(HERE.parent))
 from conftest import (N_SEEDS, PRESETS, SIZES, hub_seeds, powerlaw_edges,  # noqa: E402
                       random_seed_sets)
 
+import frontiers  # noqa: E402  (the numpy baselines; not part of the package)
 from causalmem import _kernels, _spread_py  # noqa: E402
 from causalmem.graph import CausalGraph  # noqa: E402
 from causalmem.spreading import CSR  # noqa: E402
@@ -45,15 +46,17 @@ TARGETS = {"pedsa": 1.0, "causal": 3.0}  # ms, on the 1M/10M graph
 
 NOTES = """## Notes
 
-- Re-emission (causal preset) is computed by *delta re-emission* in all three
-  implementations (kernel, reference twin, numpy frontier): the step sum is linear in the
+- Re-emission (causal preset) is computed by *delta re-emission* in the kernel and in the
+  first numpy frontier (`benchmarks/frontiers.py`; the reference twin `_spread_py.py` is the
+  literal algorithm and recomputes every step, as the second frontier does): the step sum is linear in the
   sources' energies, so the unclamped sums persist across the steps of a query and a step
   scans only the sources whose emitted energy changed, adding the change (a node newly
   active changes from 0; inhibitory edges follow the change of |e|).  A hub seed whose act
   does not change is scanned once per query instead of once per step: "edges scanned"
   counts what is actually scanned (before: 213k per causal hub query on 1M/10M, now ~50k),
   so edges/s no longer measures the same work as before.  Sums accumulated by deltas may
-  differ from a fresh recomputation in the last float32 bit (golden values unchanged).
+  differ from a fresh recomputation in the last float32 bits (golden values unchanged; the
+  Hypothesis tests compare kernel and literal twin within a float32 rounding bound).
   The kernel also caches the clamped key of every sum entry and refreshes only the entries
   changed in a step; the top-k comes from that cache.
 - The kernel and the numpy frontier return bit-identical results (float32, same summation
@@ -129,7 +132,7 @@ def bench_graph(size, compiled_reps, numpy_reps):
             # to the kernel) and the frontier that recomputes every step (the one before
             # delta re-emission); the speed-up is against the faster of the two
             lat_nps = {}
-            for fn in (_spread_py.spread_vectorized, _spread_py.spread_vectorized_recompute):
+            for fn in (frontiers.spread_vectorized, frontiers.spread_vectorized_recompute):
                 fn(csr.indptr, csr.indices, csr.weights, sets[0], ENERGY,
                    inhibitory=csr.inhibitory, **params)
                 lat_nps[fn] = []
@@ -140,11 +143,11 @@ def bench_graph(size, compiled_reps, numpy_reps):
                     fn(csr.indptr, csr.indices, csr.weights, s, ENERGY,
                        inhibitory=csr.inhibitory, **params)
                     lat_nps[fn].append(time.perf_counter() - t)
-            np_delta = statistics.median(lat_nps[_spread_py.spread_vectorized])
-            np_recompute = statistics.median(lat_nps[_spread_py.spread_vectorized_recompute])
+            np_delta = statistics.median(lat_nps[frontiers.spread_vectorized])
+            np_recompute = statistics.median(lat_nps[frontiers.spread_vectorized_recompute])
             # same answer (bit for bit) on one seed set
             a = csr.spread(sets[0], ENERGY, **params)
-            b = _spread_py.spread_vectorized(csr.indptr, csr.indices, csr.weights, sets[0],
+            b = frontiers.spread_vectorized(csr.indptr, csr.indices, csr.weights, sets[0],
                                              ENERGY, inhibitory=csr.inhibitory, **params)
             same = np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
             med = statistics.median(lat)

@@ -1,25 +1,39 @@
-"""Hypothesis differential tests: compiled kernel vs the plain-Python twin (and the numpy
-frontier implementation used as the benchmark baseline), on random CSR graphs.
+"""Hypothesis differential tests: compiled kernel vs the plain-Python twin (the literal
+algorithm of SPEC §3), and the numpy frontiers of the benchmarks, on random CSR graphs with
+self loops, duplicate edges, invalid and inhibitory edges, overlays, both presets, top-k and
+teleport.
 
-Both implementations evaluate every float32 expression in the same order, so the results are
-required to be identical (node sets, order and energies bit for bit), which is stronger than
-the 1e-5 tolerance of the contract.
+Without re-emission kernel and twin evaluate the same float32 expressions in the same order
+and must agree bit for bit.  With re-emission the kernel accumulates the step sums by deltas
+while the twin recomputes them, so they agree within float32 rounding: ``TOL`` bounds the
+rounding of sums of that many terms of that size.  Where a decision of the twin (a threshold
+test, a top-k cut) lies within that tolerance of flipping, a rounding difference may flip it
+and change everything downstream; such cases say nothing about correctness and are skipped
+(the twin reports the margin).
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from causalmem import _kernels, _spread_py
 from causalmem.spreading import CSR
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import frontiers  # noqa: E402  (the numpy baselines of the benchmarks, not part of the package)
+
 pytestmark = pytest.mark.skipif(not _kernels.HAVE_EXTENSION,
                                 reason="compiled extension missing (test_compiled_extension_loaded fails)")
 
 SETTINGS = settings(max_examples=200, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.filter_too_much])
+EPS32 = float(np.finfo(np.float32).eps)
 
 # weights drawn from a small set on purpose: exact ties exercise the tie-breaking rules
 WEIGHTS = st.one_of(
@@ -88,15 +102,53 @@ def raw(csr):
     return (csr.indptr, csr.indices, csr.weights, csr.valid, csr.inhibitory)
 
 
-def run(impl, csr, extra, seeds, energy, p):
+def run(impl, csr, extra, seeds, energy, p, workspace=None):
     return impl(csr.indptr, csr.indices, csr.weights, np.asarray(seeds, np.int32),
                 np.asarray(energy, np.float32), valid=csr.valid, inhibitory=csr.inhibitory,
-                extra=None if extra is None else raw(extra), **p)
+                extra=None if extra is None else raw(extra), workspace=workspace, **p)
 
 
 def assert_same(a, b):
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1].view(np.uint32), b[1].view(np.uint32))
+
+
+def tolerance(ws, n_terms, max_steps):
+    """A bound on the float32 rounding of a step sum: every step adds at most ``n_terms``
+    contributions (edges + teleport), each rounding by at most eps·|partial sum|; delta
+    re-emission accumulates over at most ``max_steps + 1`` steps."""
+    return 2 * EPS32 * (n_terms + 1) * (max_steps + 1) * max(1.0, ws.max_abs_sum)
+
+
+def compare_with_twin(csr, extra, seeds, energy, p):
+    """Kernel vs literal twin: bit for bit without re-emission, within TOL with it."""
+    got = run(_kernels.compiled.spread, csr, extra, seeds, energy, p)
+    ws = _spread_py.SpreadWorkspace()
+    ref = run(_spread_py.spread, csr, extra, seeds, energy, p, workspace=ws)
+    check_order(got, p)
+    check_order(ref, p)
+    if not p["reemit"]:
+        assert_same(got, ref)
+        return got
+    n_terms = csr.n_edges + (0 if extra is None else extra.n_edges) + len(seeds)
+    tol = tolerance(ws, n_terms, p["max_steps"])
+    assume(ws.margin > 2 * tol)  # a rounding difference could flip a decision: skip
+    g = dict(zip(got[0].tolist(), got[1].tolist()))
+    r = dict(zip(ref[0].tolist(), ref[1].tolist()))
+    assert g.keys() == r.keys(), (sorted(g), sorted(r))
+    for j in r:
+        assert abs(g[j] - r[j]) <= tol, (j, g[j], r[j], tol)
+    return got
+
+
+def check_order(res, p):
+    """Sorted by |energy| desc, ties by node; distinct nodes, all nonzero and >= threshold."""
+    nodes, energy = res
+    e = np.abs(energy.astype(np.float64))
+    assert all((e[i] > e[i + 1]) or (e[i] == e[i + 1] and nodes[i] < nodes[i + 1])
+               for i in range(len(e) - 1))
+    assert (energy != 0).all() and (e >= np.float32(p["threshold"])).all()
+    assert len(set(nodes.tolist())) == len(nodes)
 
 
 @SETTINGS
@@ -105,26 +157,21 @@ def test_compiled_matches_reference(sc):
     n, base_edges, extra_spec, seeds, energy, p = sc
     base = build(n, base_edges)
     extra = None if extra_spec is None else build(*extra_spec)
-    got = run(_kernels.compiled.spread, base, extra, seeds, energy, p)
-    ref = run(_spread_py.spread, base, extra, seeds, energy, p)
-    assert_same(got, ref)
-    # sorted by |energy| desc, ties by node; everything above threshold and nonzero
-    e = np.abs(got[1].astype(np.float64))
-    assert all((e[i] > e[i + 1]) or (e[i] == e[i + 1] and got[0][i] < got[0][i + 1])
-               for i in range(len(e) - 1))
-    assert (got[1] != 0).all() and (e >= np.float32(p["threshold"])).all()
-    assert len(set(got[0].tolist())) == len(got[0])
+    compare_with_twin(base, extra, seeds, energy, p)
 
 
 @SETTINGS
 @given(scenario())
-def test_vectorized_frontier_matches_reference(sc):
+def test_numpy_frontiers_match_kernel_and_twin(sc):
+    """The benchmark baselines compute what they are compared with: the delta frontier is the
+    kernel's algorithm (bit for bit), the recompute frontier the twin's (bit for bit)."""
     n, base_edges, extra_spec, seeds, energy, p = sc
     base = build(n, base_edges)
     extra = None if extra_spec is None else build(*extra_spec)
-    got = run(_spread_py.spread_vectorized, base, extra, seeds, energy, p)
-    ref = run(_spread_py.spread, base, extra, seeds, energy, p)
-    assert_same(got, ref)
+    assert_same(run(frontiers.spread_vectorized, base, extra, seeds, energy, p),
+                run(_kernels.compiled.spread, base, extra, seeds, energy, p))
+    assert_same(run(frontiers.spread_vectorized_recompute, base, extra, seeds, energy, p),
+                run(_spread_py.spread, base, extra, seeds, energy, p))
 
 
 def merged(n_base, base_edges, extra_spec):
@@ -160,7 +207,7 @@ def test_overlay_equals_merged_graph(sc):
     assert_same(a, b)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(st.integers(0, 2**32 - 1), params(), st.booleans())
 def test_compiled_matches_reference_medium_graphs(seed, p, coarse):
     """Graphs big enough for the radix sorts (>= 64 keys) and the bucketed top-k selection."""
@@ -181,6 +228,4 @@ def test_compiled_matches_reference_medium_graphs(seed, p, coarse):
     energy = rng.choice([1.0, 0.75, -0.5, 0.3], k) if coarse else rng.uniform(-1, 1, k)
     if p["top_k"] > 6:
         p = dict(p, top_k=int(rng.choice([0, 10, 50, 100])))
-    got = run(_kernels.compiled.spread, csr, None, seeds, energy, p)
-    ref = run(_spread_py.spread, csr, None, seeds, energy, p)
-    assert_same(got, ref)
+    compare_with_twin(csr, None, seeds, energy, p)
