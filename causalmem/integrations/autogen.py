@@ -144,7 +144,8 @@ class CausalMemory(_AutogenMemory, Component[CausalMemoryConfig]):
 
         def run() -> list[MemoryContent]:
             mem = self._amem.memory
-            hits = mem.search(text, top_k=top_k, **self._scope)
+            sc = self._scope
+            hits = mem.search(text, top_k=top_k, user_id=sc["user_id"], agent_id=sc["agent_id"], run_id=sc["run_id"])
             out = []
             for h in hits:
                 if h.score < threshold:

@@ -417,7 +417,8 @@ class CausalMemStore(BaseStore):
                     ns = _validate_labels(op.namespace, "namespace")
                     if not ns:
                         raise InvalidNamespaceError("namespace cannot be empty")
-                    results.append(self._put(op))
+                    self._put(op)
+                    results.append(None)
                 elif isinstance(op, SearchOp):
                     results.append(self._search(op))
                 elif isinstance(op, ListNamespacesOp):
