@@ -44,6 +44,7 @@ RELATIONS = [r.value for r in Relation] + [k for k in META_KINDS if k not in {r.
 FUSIONS = ["auto", "blend", "rrf", "hybrid"]
 MAX_TOP_K = 1000
 MAX_LIMIT = 1000
+MAX_EXPORT_BYTES = 16 * 1024 * 1024
 
 
 # ---------------------------------------------------------------------------------- argument schemas
@@ -306,6 +307,18 @@ def build_tools() -> list[ToolSpec]:
     def add_fact(mem: Any, **a: Any) -> Any:
         return mem.add_fact(a.pop("key"), a.pop("value"), **a)
 
+    def export(mem: Any, vectors: bool = False) -> Any:
+        import io
+
+        buf = io.StringIO()
+        lines = mem.export(buf, vectors=vectors)
+        text = buf.getvalue()
+        size = len(text.encode("utf-8"))
+        if size > MAX_EXPORT_BYTES:
+            raise ValueError(f"the export is {size} bytes, more than the {MAX_EXPORT_BYTES} bytes one MCP reply "
+                             "carries here; run `causalmem export` on the command line instead")
+        return {"lines": lines, "bytes": size, "jsonl": text}
+
     tools = [
         ToolSpec("remember_decision", "Remember a decision and its outcome",
                  "Record that `decision` led to `outcome` as a typed causal edge; returns the edge.",
@@ -442,6 +455,17 @@ def build_tools() -> list[ToolSpec]:
                   "additionalProperties": True, "properties": {
                       "path": {"type": "string", "description": "The database file."}}},
                  lambda mem: mem.stats(), read_only=True),
+        ToolSpec("export", "Export the whole memory",
+                 "The whole database as versioned JSON lines (chunks with history, edges with validity, facts, "
+                 "Q-values, co-occurrence; vectors on request), the format `Memory.import_` and `causalmem "
+                 "import` read. Not offered when the server is pinned to a scope.",
+                 {"vectors": {"type": "boolean", "default": False,
+                              "description": "Include the stored embeddings (much larger)."}},
+                 (), _object("The dump.", {
+                     "lines": {"type": "integer", "description": "Number of JSON lines."},
+                     "bytes": {"type": "integer", "description": "Size of the dump in bytes (UTF-8)."},
+                     "jsonl": {"type": "string", "description": "The dump, one JSON object per line."}},
+                     ["lines", "bytes", "jsonl"]), export, read_only=True),
     ]
     return tools
 
@@ -494,7 +518,9 @@ def build_server(memory: Any, *, user_id: str | None = None, agent_id: str | Non
             raise ValueError(f"{k} must be a non-empty string, got {v!r}")
     scope = _Scope(pinned)
     amem = AsyncMemory(memory=memory, max_workers=max_workers)
-    tools = {t.name: t for t in build_tools()}
+    # export dumps the whole database: only when the Memory has it, and never for a pinned (scoped) server
+    tools = {t.name: t for t in build_tools()
+             if t.name != "export" or (hasattr(memory, "export") and not pinned)}
 
     listed = [
         types.Tool(name=t.name, title=t.title, description=t.description, input_schema=t.input_schema(pinned),

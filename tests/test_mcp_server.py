@@ -24,6 +24,9 @@ ENV = {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "
        "PATH": os.environ.get("PATH", "")}
 ALL_TOOLS = {"remember_decision", "search", "search_causal", "trace_cause", "what_if", "add_messages", "add_fact",
              "feedback", "get", "get_all", "update", "delete", "history", "invalidate", "link", "sleep", "stats"}
+HAVE_EXPORT = hasattr(Memory, "export")
+if HAVE_EXPORT:  # the export tool is offered when Memory has an export API (and the server is not pinned)
+    ALL_TOOLS = ALL_TOOLS | {"export"}
 TIMEOUT = 180.0
 
 
@@ -183,6 +186,7 @@ def test_user_id_pins_every_tool_call(tmp_path):
             params = _stdio(db, "--no-semantic", "--user-id", "bob", module="causalmem")  # the CLI entry point
             async with Client(stdio_client(params, errlog=sys.stderr), read_timeout_seconds=60) as c:
                 tools = {t.name: t for t in (await c.list_tools()).tools}
+                out["tools"] = set(tools)
                 out["search_props"] = set(tools["search"].input_schema["properties"])
                 out["search"] = _data(await c.call_tool("search", {"query": "production database"}))
                 out["get_all"] = _data(await c.call_tool("get_all", {}))
@@ -209,6 +213,7 @@ def test_user_id_pins_every_tool_call(tmp_path):
     assert "user_id" in out["as_alice"] and "fixed by the server" in out["as_alice"] and "bob" in out["as_alice"]
     assert out["trace"] == []
     assert out["get_bob"]["text"] == "bob's production database runs mysql"
+    assert "export" not in out["tools"]  # a pinned server never dumps the whole database
     with Memory(db, embedder=None) as mem:
         assert mem.get(alice.id).valid  # untouched
         src = mem.get(out["written"]["src"])
@@ -327,3 +332,25 @@ def test_http_refuses_a_non_loopback_host(tmp_path):
                            "--transport", "http", "--host", "0.0.0.0", "--no-semantic"], capture_output=True,
                           text=True, cwd=str(REPO), env=ENV, timeout=120)
     assert proc.returncode == 2 and "loopback" in proc.stderr
+
+
+@pytest.mark.skipif(not HAVE_EXPORT, reason="Memory has no export API in this tree")
+def test_export_tool_round_trips_through_import(tmp_path):
+    db = tmp_path / "src.db"
+    with Memory(db, embedder=None) as mem:
+        mem.record_decision("deploy without tests", "production crash", confidence=0.9)
+        mem.add("the staging database runs postgres 16", user_id="ann", metadata={"topic": "infra"})
+
+    async def session():
+        with anyio.fail_after(TIMEOUT):
+            async with Client(stdio_client(_stdio(db, "--no-semantic"), errlog=sys.stderr),
+                              read_timeout_seconds=60) as c:
+                return _data(await c.call_tool("export", {}))
+
+    dump = _run(session)
+    assert dump["lines"] == len(dump["jsonl"].splitlines()) and dump["bytes"] == len(dump["jsonl"].encode())
+    (tmp_path / "dump.jsonl").write_text(dump["jsonl"])
+    with Memory(tmp_path / "copy.db", embedder=None) as copy:
+        copy.import_(tmp_path / "dump.jsonl")
+        assert copy.intervention_query("deploy without tests").label == "DANGER"
+        assert [c.metadata for c in copy.get_all(user_id="ann")] == [{"topic": "infra"}]
