@@ -37,7 +37,7 @@ step "auditwheel repair $(basename "$WHEEL")"
 auditwheel repair -w "$WORK/wheelhouse" "$WHEEL" > "$WORK/repair.log" 2>&1 || { cat "$WORK/repair.log"; exit 1; }
 REPAIRED="$(ls "$WORK"/wheelhouse/*.whl)"
 case "$(basename "$REPAIRED")" in
-  *-manylinux_*) ;;
+  *-manylinux*) ;;  # manylinux_2_x, or manylinux2014 + manylinux_2_17
   *) echo "wheel_check: repaired wheel is not manylinux-tagged: $REPAIRED" >&2; exit 1 ;;
 esac
 "$WORK/tools/bin/python" - "$REPAIRED" "$SDIST" <<'PY'

@@ -23,7 +23,9 @@ else:
         compiled = None
         _IMPORT_ERROR = exc
         logging.getLogger("causalmem").warning(
-            "causalmem: compiled kernels not available (%s); using the pure-Python reference",
+            "causalmem: compiled kernels not available (%s); using the pure-Python reference "
+            "(same results, much slower spreading). Install a wheel for this platform, or a C++ "
+            "compiler and reinstall, for the compiled kernel.",
             exc,
         )
 
