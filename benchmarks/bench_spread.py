@@ -96,12 +96,6 @@ def test_causal_graph_build_and_bytes_per_edge(benchmark):
 
 # -- regression gate: the compiled kernel against the numpy frontier, same process -------------
 
-try:  # the numpy frontiers live beside the benchmarks once moved out of the package
-    from frontiers import spread_vectorized as _numpy_frontier
-except ImportError:
-    _numpy_frontier = _spread_py.spread_vectorized
-
-
 @pytest.mark.gate
 @pytest.mark.parametrize(("preset", "kind"), [("causal", "random"), ("causal", "hub"), ("pedsa", "hub")])
 def test_gate_kernel_vs_numpy_frontier(benchmark, preset, kind):
@@ -116,8 +110,8 @@ def test_gate_kernel_vs_numpy_frontier(benchmark, preset, kind):
 
     def peer():
         for s in sets:
-            _numpy_frontier(csr.indptr, csr.indices, csr.weights, s, ENERGY,
-                            inhibitory=csr.inhibitory, **params)
+            frontiers.spread_vectorized(csr.indptr, csr.indices, csr.weights, s, ENERGY,
+                                        inhibitory=csr.inhibitory, **params)
 
     benchmark.group = f"gate: spread 100k {preset} {kind}"
     peer_ratio(benchmark, ours, peer, peer_name="numpy frontier", rounds=15)

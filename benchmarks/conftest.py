@@ -20,6 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # suites import their 
 
 def pytest_collect_file(file_path, parent):
     if file_path.suffix == ".py" and file_path.name.startswith("bench_"):
+        if parent.session.isinitpath(file_path):  # named on the command line: pytest collects it
+            return None
         return pytest.Module.from_parent(parent, path=file_path)
     return None
 
