@@ -185,3 +185,26 @@ def test_from_config_and_async(tmp_path):
         await am.aclose()
 
     asyncio.run(main())
+
+
+def test_from_config_llm_makes_infer_the_default(tmp_path, monkeypatch):
+    """With an `llm` in the config, add() infers by default (mem0's default) through a real HTTP endpoint."""
+    from llm_server import FakeLLM
+
+    for var in ("CAUSALMEM_LLM_BASE_URL", "CAUSALMEM_LLM_MODEL", "CAUSALMEM_LLM_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    with FakeLLM(default='[{"kind": "fact", "text": "Alex plays basketball on Sundays"}]') as llm:
+        m = Memory.from_config({"path": str(tmp_path / "llm.db"), "embedder": None,
+                                "llm": {"provider": "openai", "config": {"openai_base_url": llm.base_url,
+                                                                         "model": "fake-model", "api_key": "k"}}})
+        m.add("I play basketball every Sunday", user_id="alex")
+        assert len(llm.requests) == 1 and "basketball every Sunday" in llm.requests[0]["messages"][-1]["content"]
+        texts = {r["memory"] for r in m.get_all(user_id="alex")["results"]}
+        assert texts == {"I play basketball every Sunday", "Alex plays basketball on Sundays"}
+        m.add("no inference for this one", user_id="alex", infer=False)
+        assert len(llm.requests) == 1
+        m.close()
+    plain = Memory(str(tmp_path / "plain.db"), embedder=None)
+    with pytest.raises(Exception, match="distiller"):
+        plain.add("x", user_id="alex", infer=True)
+    plain.close()
