@@ -229,7 +229,11 @@ def bench_before_after(base, rev, sizes, reps):
                  "after": (_kernels.compiled, _kernels.compiled.GraphView(*arrays),
                            _kernels.compiled.SpreadWorkspace(n)),
                  "before, sort path forced": (base, base.GraphView(*arrays),
-                                              base.SpreadWorkspace(n))}
+                                              base.SpreadWorkspace(n)),
+                 # the current kernel once more, on its own view and workspace: how far two
+                 # runs of the same code drift apart here (the noise floor of the comparison)
+                 "after, again": (_kernels.compiled, _kernels.compiled.GraphView(*arrays),
+                                  _kernels.compiled.SpreadWorkspace(n))}
 
         def call(name, seeds, p):
             mod, gv, ws = views[name]
@@ -241,7 +245,7 @@ def bench_before_after(base, rev, sizes, reps):
             finally:
                 base.set_strategy(*old)
 
-        names = ["before", "after"]
+        names = ["before", "after", "after, again"]
         if hasattr(base, "set_strategy"):
             names.append("before, sort path forced")
         for preset, params in PRESETS.items():
@@ -270,6 +274,7 @@ def bench_before_after(base, rev, sizes, reps):
                           for i in range(5)]
                 rows.append(dict(size=size, preset=preset, kind=kind, before=med["before"] * 1e3,
                                  after=med["after"] * 1e3, ratio=med["after"] / med["before"],
+                                 aa=med["after, again"] / med["after"],
                                  band=(min(blocks), max(blocks)), same=same,
                                  sort=med.get("before, sort path forced", float("nan")) * 1e3))
     return rows
@@ -283,17 +288,20 @@ def render_before_after(rev, rows, reps, elapsed):
              f"rotate through the implementations, {reps} calls each, same graphs, seeds and "
              "parameters; the `spread_view` call, i.e. kernel only, no Python validation). "
              "Ratio < 1: the current kernel is faster. Band = the after/before ratio of the "
-             "medians of 5 interleaved subsets of the calls (noise). The last column times the "
-             "baseline's sort-based accumulation forced on (`set_strategy(0, 0)`), in the same "
-             f"rotation; bit-identical compares all columns. Took {elapsed:.0f} s.", "",
+             "medians of 5 interleaved subsets of the calls. A/A = the current kernel timed a "
+             "second time in the same rotation on its own view and workspace, over the first: "
+             "how far identical code drifts apart on this machine (the noise floor). The last "
+             "column times the baseline's sort-based accumulation forced on "
+             "(`set_strategy(0, 0)`), in the same rotation; bit-identical compares all columns. "
+             f"Took {elapsed:.0f} s.", "",
              "| graph | preset | seeds | before median ms | after median ms | after/before | "
-             "noise band | bit-identical | before, sort path forced (ms) |",
-             "|---|---|---|---:|---:|---:|---:|---|---:|"]
+             "band | A/A | bit-identical | before, sort path forced (ms) |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         sort = "" if r["sort"] != r["sort"] else f"{r['sort']:.3f}"
         lines.append(f"| {r['size']} | {r['preset']} | {r['kind']} | {r['before']:.3f} | "
                      f"{r['after']:.3f} | {r['ratio']:.3f} | {r['band'][0]:.2f}–{r['band'][1]:.2f} | "
-                     f"{'yes' if r['same'] else '**no**'} | {sort} |")
+                     f"{r['aa']:.3f} | {'yes' if r['same'] else '**no**'} | {sort} |")
     return "\n".join(lines)
 
 
