@@ -136,8 +136,6 @@ class Edge:
     superseded_by: str | None
     discovered_at: float | None = None
     subtype: str | None = None
-    access_count: int = 0
-    last_accessed_at: float | None = None
     invalid_reason: str | None = None
 
 

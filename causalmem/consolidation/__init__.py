@@ -14,7 +14,7 @@ Stages (all counted in the ``SleepReport``):
      + 0.2·contradicted + 0.2·accessed within 7 d``; score ≥ 1.0 = replay-protected.
      *contradicted*: the decision also has an outcome of the opposite polarity, an endpoint is the
      target of a contradicts/invalidates/supersedes meta edge, or the edge was annotated as
-     superseded. *accessed*: the edge's ``last_accessed_at``, or both endpoint chunks', within 7 d.
+     superseded. *accessed*: both endpoint chunks' ``last_accessed_at`` within 7 d.
 1.5  Q update — Bellman with r = 1 once for each endpoint of a protected edge.
 1.7  supersession (C7) — (a) a decision with several valid caused/enabled outcomes: each older
      edge (by discovered_at, then id) to a different outcome is judged against the newest one;

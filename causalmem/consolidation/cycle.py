@@ -194,7 +194,7 @@ def _cycle(store, *, config: Config, now: float, judge, prefilter, action: str, 
     contested = _node_mask(size, dst[explicit])
     contradicted = both[src] | contested[src] | contested[dst] | (edges["sup"] == 1)
     recent = now - learning.ACCESS_WINDOW_DAYS * DAY
-    accessed = (edges["acc"] >= recent) | ((chunk_acc[src] >= recent) & (chunk_acc[dst] >= recent))
+    accessed = (chunk_acc[src] >= recent) & (chunk_acc[dst] >= recent)
     score = (edges["conf"] + 0.5 * (pol == POLARITY_CODES["negative"])
              + 0.3 * (edges["source"] == SOURCE_CODES["user_feedback"]) + 0.2 * contradicted + 0.2 * accessed)
     protected = valid & (score >= REPLAY_THRESHOLD - 1e-12)

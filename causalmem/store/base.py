@@ -236,10 +236,10 @@ SUBTYPE_CODES = {"similar_to": 1, "repeated": 2, "refines": 3, "contradicts": 4,
                  "supersedes": 6}
 
 #: every valid edge for a sleep cycle; ``sub`` 7 = a subtype not in SUBTYPE_CODES, ``sup`` 1 = annotated
-#: ``superseded_by``, ``acc`` = last access time or -1e300
+#: ``superseded_by`` (edges keep no access time: access is recorded on chunks)
 EDGE_DTYPE = np.dtype([
     ("eid", "i8"), ("src", "i8"), ("dst", "i8"), ("rel", "i4"), ("sub", "i1"), ("conf", "f8"),
-    ("source", "i1"), ("pol", "i1"), ("disc", "f8"), ("acc", "f8"), ("sup", "i1"),
+    ("source", "i1"), ("pol", "i1"), ("disc", "f8"), ("sup", "i1"),
 ])
 #: every chunk for a sleep cycle, ordered by nid; ``acc`` = last access time or -1e300
 CHUNK_DTYPE = np.dtype([("nid", "i8"), ("q", "f8"), ("alive", "i1"), ("acc", "f8")])

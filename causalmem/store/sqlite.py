@@ -39,6 +39,9 @@ R = TypeVar("R")
 SCHEMA_VERSION = 1
 
 # Ordered, idempotent migrations: MIGRATIONS[i] brings user_version i -> i+1.
+# edges.access_count / edges.last_accessed_at are retired: never written and never read (access is
+# recorded on chunks). They stay in version 1 so that existing files need no table rebuild (DROP COLUMN
+# needs SQLite >= 3.35); the next migration that rebuilds the edges table drops them.
 MIGRATIONS: list[tuple[str, str]] = [
     (
         "initial schema",
@@ -155,7 +158,7 @@ def _case(column: str, codes: dict[str, int], other: int = 0) -> str:
 _SLEEP_EDGE_SELECT = (
     "SELECT eid, src, dst, rel_code, " + _case("subtype", SUBTYPE_CODES, 7) + ", confidence, "
     + _case("source", SOURCE_CODES) + ", " + _case("polarity", POLARITY_CODES) + ", discovered_at, "
-    "COALESCE(last_accessed_at, -1e300), superseded_by IS NOT NULL FROM edges WHERE valid_to IS NULL"
+    "superseded_by IS NOT NULL FROM edges WHERE valid_to IS NULL"
 )
 
 
