@@ -77,7 +77,7 @@ def spread(indptr, indices, weights, seed_nodes, seed_energy, *, valid=None, inh
         ws.margin = min(ws.margin, d)
 
     # seeds: duplicates add (in input order), then clamp
-    act: dict[int, np.float32] = {}
+    act = {}
     for s, e in zip((int(s) for s in seed_nodes), (F32(e) for e in seed_energy)):
         act[s] = act[s] + e if s in act else e
     for s in act:
@@ -94,7 +94,7 @@ def spread(indptr, indices, weights, seed_nodes, seed_energy, *, valid=None, inh
                 near(e)
             sources = sorted(j for j, e in emit.items() if active(e))
             # 2. every valid out-edge of every source; the contributions of a step add up
-            nxt: dict[int, np.float32] = {}
+            nxt = {}
             for i in sources:
                 e = emit[i]
                 for g_indptr, g_indices, g_weights, g_valid, g_inhib in graphs:
