@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from .config import Config
+from .store.base import StoreBackend
 
 __all__ = [
     "bellman", "apply_feedback", "hebbian_credit", "MAX_HEBBIAN_NIDS",
@@ -45,7 +46,7 @@ def bellman_vec(q: np.ndarray, reward: np.ndarray | float, max_next_q: np.ndarra
     return np.clip(q + alpha * (reward + gamma * max_next_q - q), 0.0, 1.0)
 
 
-def apply_feedback(store, nid: int, reward: float, config: Config) -> float:
+def apply_feedback(store: StoreBackend, nid: int, reward: float, config: Config) -> float:
     """Update and persist the Q-value of chunk ``nid`` for ``reward``; returns the new Q.
 
     Successors are the destinations of the chunk's valid out-edges whose chunks are not deleted
@@ -66,7 +67,8 @@ def apply_feedback(store, nid: int, reward: float, config: Config) -> float:
 MAX_HEBBIAN_NIDS = 64
 
 
-def hebbian_credit(store, nids: Sequence[int], now: float, config: Config) -> list[tuple[int, int, float, bool]]:
+def hebbian_credit(store: StoreBackend, nids: Sequence[int], now: float,
+                   config: Config) -> list[tuple[int, int, float, bool]]:
     """Credit every unordered pair of ``nids`` (returned together by one search).
 
     A new pair starts at ``hebbian_start``; a known pair gains ``hebbian_step`` up to

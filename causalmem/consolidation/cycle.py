@@ -11,7 +11,7 @@ import numpy as np
 from .. import learning
 from ..config import Config
 from ..judges import RuleJudge
-from ..store.base import POLARITY_CODES, SOURCE_CODES, SUBTYPE_CODES
+from ..store.base import POLARITY_CODES, SOURCE_CODES, SUBTYPE_CODES, StoreBackend
 from ..types import Relation, SleepReport
 from .mining import Docs, decision_docs, linked_pairs, mine, token_diversity, unique
 from .report import _Progress, _Timer, make_report
@@ -31,7 +31,7 @@ LAST_SLEEP_KEY = "last_sleep_at"
 LAST_REPORT_KEY = "last_sleep_report"
 
 
-def last_report(store) -> dict[str, Any] | None:
+def last_report(store: StoreBackend) -> dict[str, Any] | None:
     """The counts the last committed cycle stored (``now``: when it ran), or None before the first."""
     raw = store.get_meta(LAST_REPORT_KEY)
     return None if raw is None else json.loads(raw)
@@ -92,7 +92,7 @@ def check_sleep_args(*, now: Any, judge: Any, min_diversity: Any, action: Any, l
     return judge
 
 
-def plan_slow_judging(store, judge: Any, *, min_diversity: float = 0.0) -> JudgePlan | None:
+def plan_slow_judging(store: StoreBackend, judge: Any, *, min_diversity: float = 0.0) -> JudgePlan | None:
     """For a judge without a cheap pre-filter (an LLM): the pairs to ask it about, read from ``store``.
 
     ``None`` when the judge is cheap (it is asked inside the transaction) or the novelty gate will
@@ -109,7 +109,7 @@ def plan_slow_judging(store, judge: Any, *, min_diversity: float = 0.0) -> Judge
                         limit=MAX_JUDGE_CALLS)
 
 
-def sleep(store, *, config: Config, now: float, dry_run: bool = False, judge: Any = None,
+def sleep(store: StoreBackend, *, config: Config, now: float, dry_run: bool = False, judge: Any = None,
           min_diversity: float = 0.0, action: str = "annotate", progress: bool = False,
           llm_budget: float | None = None, verdicts: dict[str, Any] | None = None) -> SleepReport:
     """Run one consolidation cycle on ``store`` at time ``now`` (see the module docstring).
@@ -167,7 +167,7 @@ def _alive_lookup(chunks: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return alive
 
 
-def _cycle(store, *, config: Config, now: float, judge, prefilter, action: str, early, timer: _Timer,
+def _cycle(store: StoreBackend, *, config: Config, now: float, judge, prefilter, action: str, early, timer: _Timer,
            counts: dict[str, Any]) -> dict[str, Any]:
     last_raw = store.get_meta(LAST_SLEEP_KEY)
     last_sleep = float(last_raw) if last_raw is not None else -math.inf

@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..store.base import StoreBackend
 from ..tokenizer import DEFAULT_TOKENIZER, ascii_words, tokenize
 from ..types import Relation
 
@@ -199,7 +200,7 @@ class _WordIds(dict):
         return tid
 
 
-def decision_docs(store, last_sleep: float) -> Docs:
+def decision_docs(store: StoreBackend, last_sleep: float) -> Docs:
     docs = Docs()
     tag_code: dict[str, int] = {}
     tagged = store.tagged_edge_rows()
@@ -257,7 +258,7 @@ def decision_docs(store, last_sleep: float) -> Docs:
     return docs
 
 
-def mine(store, docs: Docs, linked: set[tuple[int, int]], now: float, *, kind: str) -> int:
+def mine(store: StoreBackend, docs: Docs, linked: set[tuple[int, int]], now: float, *, kind: str) -> int:
     """Stage 2 patterns (kind='patterns', meta 'repeated') or stage 4 REM links (kind='rem', 'similar_to')."""
     if len(docs.nids) < 2 or not docs.new.any():
         return 0
