@@ -96,7 +96,8 @@ step "tests against the installed wheel (from a copy of the sdist's tests, not t
 mkdir -p "$WORK/sdist" "$WORK/run"
 tar -xzf "$SDIST" -C "$WORK/sdist"
 UNPACKED="$(ls -d "$WORK"/sdist/*/)"; UNPACKED="${UNPACKED%/}"
-cp -r "$UNPACKED/tests" "$UNPACKED/pyproject.toml" "$WORK/run/"
+# the tests with what they read beside the package (config, README, docs), never the package itself
+cp -r "$UNPACKED/tests" "$UNPACKED/pyproject.toml" "$UNPACKED/README.md" "$UNPACKED/docs" "$WORK/run/"
 (cd "$WORK/run" && PYTHONPATH="$ROOT/.ci" CAUSALMEM_EXPECT_UNDER="$WORK/venv" \
   "$V/python" -m pytest -q -p installed_check -p no:cacheprovider)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -14,11 +15,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PKG = ROOT / "causalmem"
+# The checkout's package; from a tests-only copy (the installed-wheel run of .ci/wheel_check.sh)
+# the installed one, found without importing it.
+PKG = (ROOT / "causalmem" if (ROOT / "causalmem").is_dir()
+       else Path(importlib.util.find_spec("causalmem").origin).parent)
 
 
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
@@ -131,7 +135,7 @@ _SQL_HOMES = {"causalmem/store/sqlite.py", "causalmem/store/postgres.py"}
 def test_sql_only_in_store_backends():
     offenders = []
     for path in sorted(PKG.rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
+        rel = path.relative_to(PKG.parent).as_posix()
         if rel in _SQL_HOMES:
             continue
         for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -146,7 +150,7 @@ _MEMORY_PRIVATE = re.compile(r"\b(mem|memory|self\.memory|self\._memory|self\._m
 def test_no_reach_into_memory_privates_outside_the_facade():
     offenders = []
     for path in sorted(PKG.rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
+        rel = path.relative_to(PKG.parent).as_posix()
         if rel == "causalmem/memory.py":
             continue
         for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -200,7 +204,7 @@ def test_readme_layout_block_lists_every_module():
     block_start = text.index("```\n", start) + 4
     block = text[block_start: text.index("```\n", block_start)]
     listed = re.findall(r"^\s*(causalmem/\S+\.(?:py|pyx))\s", block, re.M)
-    actual = sorted(p.relative_to(ROOT).as_posix() for p in [*PKG.rglob("*.py"), *PKG.rglob("*.pyx")])
+    actual = sorted(p.relative_to(PKG.parent).as_posix() for p in [*PKG.rglob("*.py"), *PKG.rglob("*.pyx")])
     assert len(listed) == len(set(listed)), "a module is listed twice in the README Layout block"
     missing = sorted(set(actual) - set(listed))
     stale = sorted(set(listed) - set(actual))
