@@ -96,8 +96,10 @@ step "tests against the installed wheel (from a copy of the sdist's tests, not t
 mkdir -p "$WORK/sdist" "$WORK/run"
 tar -xzf "$SDIST" -C "$WORK/sdist"
 UNPACKED="$(ls -d "$WORK"/sdist/*/)"; UNPACKED="${UNPACKED%/}"
-# the tests with what they read beside the package (config, README, docs), never the package itself
-cp -r "$UNPACKED/tests" "$UNPACKED/pyproject.toml" "$UNPACKED/README.md" "$UNPACKED/docs" "$WORK/run/"
+# the tests with what they read beside the package (config, README, docs, the benchmarks' numpy
+# frontiers that the kernel tests compare against), never the package itself
+cp -r "$UNPACKED/tests" "$UNPACKED/pyproject.toml" "$UNPACKED/README.md" "$UNPACKED/docs" \
+  "$UNPACKED/benchmarks" "$WORK/run/"
 (cd "$WORK/run" && PYTHONPATH="$ROOT/.ci" CAUSALMEM_EXPECT_UNDER="$WORK/venv" \
   "$V/python" -m pytest -q -p installed_check -p no:cacheprovider)
 
