@@ -22,7 +22,7 @@ from .subgraph import SubGraph
 
 def asset(name: str) -> str:
     """Text of a file in ``causalmem/viz/static``."""
-    return resources.files("causalmem.viz").joinpath("static", name).read_text(encoding="utf-8")
+    return resources.files("causalmem.viz").joinpath("static").joinpath(name).read_text(encoding="utf-8")
 
 
 def palette() -> dict[str, Any]:

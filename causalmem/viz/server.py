@@ -66,6 +66,12 @@ class _Params:
             return default
         return self.raw[name][-1]
 
+    def required_text(self, name: str) -> str:
+        """A parameter that must be present (missing: ValueError naming it)."""
+        if name not in self.raw:
+            raise ValueError(f"missing query parameter {name!r}")
+        return self.raw[name][-1]
+
     def scope(self, name: str) -> str | None:
         """A scope value: absent or empty means no filter (None)."""
         v = self.text(name)
@@ -113,7 +119,7 @@ class Inspector:
         return {"user_id": p.scope("user_id"), "agent_id": p.scope("agent_id"), "run_id": p.scope("run_id")}
 
     def search(self, p: _Params) -> Any:
-        q = p.text("q", required=True)
+        q = p.required_text("q")
         top_k = p.integer("top_k", 10, 1, 200)
         if not q.strip():
             return {"query": q, "hits": []}
@@ -122,7 +128,7 @@ class Inspector:
         return {"query": q, "hits": [_clean(asdict(h)) for h in hits]}
 
     def what_if(self, p: _Params) -> Any:
-        action = p.text("action", required=True)
+        action = p.required_text("action")
         if not action.strip():
             raise ValueError("action must be a non-empty string")
         max_depth = p.integer("max_depth", 3, 1, 20)

@@ -249,10 +249,10 @@ def subgraph(mem: Any, query_or_ids: "str | Sequence[str]", *, depth: int = 2, d
     report = None
     if isinstance(query_or_ids, str):
         query: str | None = query_or_ids
-        if not query.strip():
+        if not query_or_ids.strip():
             raise ValueError("query_or_ids must be a non-empty query or a list of chunk ids")
-        seeds, report = _seed_ids(mem, query, scope, depth)
-        seed_texts = [query]
+        seeds, report = _seed_ids(mem, query_or_ids, scope, depth)
+        seed_texts = [query_or_ids]
         if direction == "reverse":
             report = None  # the what-if label is about doing X, not about what caused X
     else:
