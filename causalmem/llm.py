@@ -38,7 +38,6 @@ import ast
 import functools
 import http.client
 import io
-import itertools
 import json
 import logging
 import os
@@ -417,12 +416,17 @@ def check_json_depth(text: str, limit: int = MAX_JSON_DEPTH, *, python_strings: 
     if text.count("[") + text.count("{") + text.count("(") <= limit:
         return
     brackets = _NOT_BRACKET_RE.sub("", (_ANY_STRING_RE if python_strings else _STRING_RE).sub('""', text))
-    steps = (1 if c in "[{(" else -1 for c in brackets)
-    deepest = max(itertools.accumulate(steps, lambda depth, step: max(0, depth + step), initial=0))
-    if deepest > limit:
-        raise ValueError(f"JSON nested deeper than {limit} levels ({deepest})")
+    depth = 0
+    for c in brackets:  # stops at the first level too deep: a hostile answer costs little
+        if c in "[{(":
+            depth += 1
+            if depth > limit:
+                raise ValueError(f"JSON nested deeper than {limit} levels")
+        elif depth:
+            depth -= 1
 
 
+_MAX_LITERAL_CHARS = 100_000  # the Python-literal fallback (single quotes, True/None) is for short answers
 _FENCE_RE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 _TRAILING_COMMA_RE = re.compile(r",(\s*[}\]])")
 
@@ -431,7 +435,8 @@ def extract_json(text: str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """Parse the JSON value in an LLM answer, tolerating what models commonly wrap around it.
 
     Accepts: plain JSON; JSON inside a ```json fence; one JSON object/array with prose before
-    and after; trailing commas; Python-style literals (single quotes, True/False/None).
+    and after; trailing commas; Python-style literals (single quotes, True/False/None) in answers
+    up to 100,000 characters.
     Raises ``ValueError`` when nothing parseable is found or the value nests deeper than
     ``max_depth``.
     """
@@ -452,7 +457,7 @@ def extract_json(text: str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
         if not cand or cand in seen:
             continue
         seen.add(cand)
-        for fixed in (cand, _TRAILING_COMMA_RE.sub(r"\1", cand)):
+        for fixed in dict.fromkeys((cand, _TRAILING_COMMA_RE.sub(r"\1", cand))):  # the same text once
             try:
                 check_json_depth(fixed, max_depth)
                 return json.loads(fixed)
@@ -462,6 +467,8 @@ def extract_json(text: str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
                 if "nested deeper" in str(exc):
                     too_deep = exc
                     continue
+            if len(fixed) > _MAX_LITERAL_CHARS:  # Python-literal parsing of megabytes costs minutes of CPU
+                continue
             try:
                 check_json_depth(fixed, max_depth, python_strings=True)
                 value = ast.literal_eval(fixed)
