@@ -163,3 +163,32 @@ def overall_label(outcomes: Sequence[PredictedOutcome]) -> str:
         if label in labels:
             return label
     return "UNKNOWN"
+
+
+#: the spread parameters a causal query may override, with their sane bounds (a spread of
+#: 2**31 steps holds the lock for minutes; nothing useful is more than a few dozen hops away)
+_OVERRIDE_BOUNDS: dict[str, tuple[float, float]] = {
+    "max_steps": (1, 100), "top_k": (0, 1_000_000), "decay": (0.0, 1.0), "threshold": (0.0, 1e6),
+    "lo": (-1e6, 0.0), "hi": (0.0, 1e6), "teleport": (0.0, 1.0), "inhibit_multiplier": (0.0, 1e3),
+}
+
+
+def check_spread_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in overrides.items():
+        if k == "reemit":
+            if not isinstance(v, bool):
+                raise TypeError(f"reemit must be True or False, got {type(v).__name__}")
+            out[k] = v
+            continue
+        if k not in _OVERRIDE_BOUNDS:
+            raise TypeError(f"unexpected keyword argument {k!r}; spread overrides are "
+                            f"{', '.join(sorted([*_OVERRIDE_BOUNDS, 'reemit']))}")
+        lo, hi = _OVERRIDE_BOUNDS[k]
+        integral = k in ("max_steps", "top_k")
+        if isinstance(v, bool) or not isinstance(v, int if integral else (int, float)):
+            raise TypeError(f"{k} must be {'an integer' if integral else 'a number'}, got {type(v).__name__}")
+        if not (lo <= v <= hi):
+            raise ValueError(f"{k} must be between {lo:g} and {hi:g}, got {v!r}")
+        out[k] = v
+    return out

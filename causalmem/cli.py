@@ -25,10 +25,15 @@ DEVOPS_EDGES = [
 ]
 
 
-def _open(args: argparse.Namespace):
+def _open(args: argparse.Namespace, *, must_exist: bool = False):
+    """The Memory the command works on; commands that only read never create a database."""
+    from .errors import StoreError
     from .memory import Memory
 
-    return Memory(args.db or default_db(), embedder="auto" if getattr(args, "semantic", False) else None)
+    path = args.db or default_db()
+    if must_exist and path != ":memory:" and not Path(path).exists():
+        raise StoreError(f"no database at {path!r} (this command only reads; nothing was created)")
+    return Memory(path, embedder="auto" if getattr(args, "semantic", False) else None)
 
 
 def _print_activations(title: str, acts, out) -> None:
@@ -65,28 +70,28 @@ def cmd_record(args, out) -> int:
 
 
 def cmd_search_causal(args, out) -> int:
-    with _open(args) as mem:
+    with _open(args, must_exist=True) as mem:
         _print_activations(f"what follows from {args.query!r}:",
                            mem.search_causal(args.query, limit=args.limit, user_id=args.user_id), out)
     return 0
 
 
 def cmd_trace(args, out) -> int:
-    with _open(args) as mem:
+    with _open(args, must_exist=True) as mem:
         _print_activations(f"what caused {args.outcome!r}:",
                            mem.trace_cause(args.outcome, limit=args.limit, user_id=args.user_id), out)
     return 0
 
 
 def cmd_what_if(args, out) -> int:
-    with _open(args) as mem:
+    with _open(args, must_exist=True) as mem:
         _print_report(mem.intervention_query(args.action, max_depth=args.max_depth, limit=args.limit,
                                              user_id=args.user_id), out)
     return 0
 
 
 def cmd_search(args, out) -> int:
-    with _open(args) as mem:
+    with _open(args, must_exist=True) as mem:
         hits = mem.search(args.query, top_k=args.limit, user_id=args.user_id)
         if not hits:
             print("(no match)", file=out)
@@ -97,8 +102,8 @@ def cmd_search(args, out) -> int:
 
 
 def cmd_stats(args, out) -> int:
-    with _open(args) as mem:
-        for k, v in mem.stats().items():
+    with _open(args, must_exist=True) as mem:
+        for k, v in mem.stats(user_id=args.user_id).items():
             print(f"{k:16} {v}", file=out)
     return 0
 
@@ -116,8 +121,8 @@ def cmd_demo(args, out) -> int:
     from .memory import Memory
 
     with tempfile.TemporaryDirectory(prefix="causalmem-demo-") as tmp:
-        db = Path(tmp) / "demo.db"
-        with Memory(db, embedder=None) as mem:
+        db = Path(args.db) if args.db else Path(tmp) / "demo.db"  # --db keeps the demo for later queries
+        with Memory(db, embedder="auto" if args.semantic else None) as mem:
             mem.record_many([{"decision": d, "outcome": o, "relation": r, "confidence": c} for d, o, r, c in
                              DEVOPS_EDGES])
             print(f"DevOps demo: {len(DEVOPS_EDGES)} causal edges recorded in {db.name}\n", file=out)
@@ -131,6 +136,20 @@ def cmd_demo(args, out) -> int:
             _print_report(mem.intervention_query("enable caching"), out)
             print(file=out)
             _print_report(mem.intervention_query("rewrite everything in a weekend"), out)
+    return 0
+
+
+def cmd_export(args, out) -> int:
+    with _open(args, must_exist=True) as mem:
+        n = mem.export(args.file, vectors=args.vectors)
+    print(f"exported {n} lines to {args.file}", file=out)
+    return 0
+
+
+def cmd_import(args, out) -> int:
+    with _open(args) as mem:
+        counts = mem.import_(args.file)
+    print("imported " + ", ".join(f"{v} {k}" for k, v in counts.items() if v), file=out)
     return 0
 
 
@@ -271,8 +290,15 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--action", choices=["annotate", "retire"], default="annotate",
                     help="what supersession does to an outdated lesson (default: annotate)")
     sl.set_defaults(func=cmd_sleep)
-    sub.add_parser("demo", help="build the DevOps example in a temporary database and query it").set_defaults(
-        func=cmd_demo)
+    sub.add_parser("demo", help="build the DevOps example (in a temporary database, or in --db) and query it"
+                   ).set_defaults(func=cmd_demo)
+    ex = sub.add_parser("export", help="write the whole memory to a versioned JSON-lines file (backup, move)")
+    ex.add_argument("file", help="output .jsonl file")
+    ex.add_argument("--vectors", action="store_true", help="include the stored embedding vectors")
+    ex.set_defaults(func=cmd_export)
+    im = sub.add_parser("import", help="load a JSON-lines export into the database (one transaction)")
+    im.add_argument("file", help="a file written by 'causalmem export'")
+    im.set_defaults(func=cmd_import)
     m = sub.add_parser("mcp", help="serve the memory to MCP clients over stdio or streamable HTTP "
                                    "(needs causalmem[mcp])")
     m.add_argument("--no-semantic", action="store_true", help="do not load the embedder (lexical + graph only)")
@@ -295,12 +321,15 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--writable", action="store_true", help="allow feedback and sleep from the page")
     u.add_argument("--open", action="store_true", help="open the page in the default browser")
     u.set_defaults(func=cmd_ui)
-    for sp in sub.choices.values():
+    for name, sp in sub.choices.items():
         # Accept --db/--semantic after the subcommand too; SUPPRESS keeps the top-level value.
+        # Each command gets only the flags it honours.
         sp.add_argument("--db", dest="db", default=argparse.SUPPRESS, help="database file")
-        sp.add_argument("--semantic", action="store_true", default=argparse.SUPPRESS,
-                        help="load the sentence-transformers embedder")
-        sp.add_argument("--user-id", dest="user_id", default=None, help="scope: the user's memories only")
+        if name not in ("export", "import"):
+            sp.add_argument("--semantic", action="store_true", default=argparse.SUPPRESS,
+                            help="load the sentence-transformers embedder")
+        if name not in ("sleep", "demo", "export", "import"):
+            sp.add_argument("--user-id", dest="user_id", default=None, help="scope: the user's memories only")
         sp_noise = sp.add_mutually_exclusive_group()
         sp_noise.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
                               help="log progress to stderr (-v info, -vv debug)")

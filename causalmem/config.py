@@ -69,6 +69,12 @@ class Config:
     busy_timeout_ms: int = 30000
     # sleep: wall-clock seconds one cycle may spend asking a slow (LLM) judge; the rest waits
     sleep_llm_budget: float = 120.0
+    # search reinforcement (access counts, Hebbian pairs) is queued and written in batches, so a
+    # search never takes the write lock: at the next write, at close, or when this many searches
+    # are queued / the oldest has waited this long (then only if the lock is free right away)
+    reinforce_batch: int = 64
+    reinforce_seconds: float = 5.0
+    reinforce_queue_max: int = 10000
 
     def __post_init__(self) -> None:
         if self.rebuild_writes < 1:
@@ -80,6 +86,11 @@ class Config:
         if isinstance(self.sleep_llm_budget, bool) or not isinstance(self.sleep_llm_budget, (int, float)) \
                 or not 0 < self.sleep_llm_budget < float("inf"):
             raise ValueError(f"sleep_llm_budget must be a positive number of seconds, got {self.sleep_llm_budget!r}")
+        if isinstance(self.busy_timeout_ms, bool) or not isinstance(self.busy_timeout_ms, int) \
+                or not 0 <= self.busy_timeout_ms <= 600_000:
+            raise ValueError(f"busy_timeout_ms must be an integer in [0, 600000], got {self.busy_timeout_ms!r}")
+        if not 1 <= self.reinforce_batch <= self.reinforce_queue_max:
+            raise ValueError(f"reinforce_batch must be in [1, reinforce_queue_max], got {self.reinforce_batch}")
 
 
 def default_db() -> str:

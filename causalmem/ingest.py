@@ -2,78 +2,22 @@
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Iterable, Mapping
 
 from .types import POLARITIES, SOURCES_CONFIDENCE
 
-# Bilingual keyword rule. English words match at word starts (so "failed", "crashes" count);
-# Chinese keywords match as substrings.
-_NEG_EN = (
-    "fail", "error", "crash", "timeout", "timed out", "time out", "deadlock", "outage", "down", "broke",
-    "bug", "leak", "regression", "exception", "corrupt", "lost", "loss", "slow", "panic", "reject",
-    "complaint", "incident", "injection", "vulnerab", "breach", "rollback", "downtime", "hang",
-    "overload", "degrad", "unavailable", "blocked", "wrong", "bad",
-)
-_POS_EN = (
-    "fixed", "fix ", "passed", "pass ", "resolved", "success", "succeed", "works", "worked", "stable",
-    "faster", "improv", "safe", "green", "caught", "smooth", "without a hitch", "saved", "recovered",
-    "healthy", "better", "solved", "approved", "happy", "win", "won",
-)
-_NEG_ZH = ("失败", "报错", "错误", "崩溃", "超时", "宕机", "故障",
-           "死锁", "泄漏", "回滚", "漏洞", "异常", "卡死", "丢失")
-_POS_ZH = ("成功", "修复", "解决", "通过", "稳定", "恢复", "正常", "提升", "加快", "顺利")
-
-def _trie_pattern(words) -> str:
-    """A regex alternation factored into a prefix trie: one pass instead of one try per word."""
-    trie: dict = {}
-    for w in words:
-        node = trie
-        for ch in w:
-            node = node.setdefault(ch, {})
-        node[""] = {}
-
-    def emit(node: dict) -> str:
-        end = "" in node
-        alts = [re.escape(ch) + emit(child) for ch, child in sorted(node.items()) if ch]
-        if not alts:
-            return ""
-        body = alts[0] if len(alts) == 1 and not end else "(?:" + "|".join(alts) + ")"
-        return body + ("?" if end else "")
-
-    return emit(trie)
+# The polarity guess lives in ``polarity`` (an explicit bilingual lexicon, whole words, negation scope).
+from .polarity import guess_polarity  # noqa: E402,F401  (re-exported: the write path's one guess)
 
 
-# One scan finds both kinds: English keywords at word starts, Chinese ones anywhere (lowercased text).
-_KEYWORDS = re.compile(
-    r"(?P<neg>\b" + _trie_pattern(_NEG_EN) + "|" + _trie_pattern(_NEG_ZH) + r")|(?P<pos>\b"
-    + _trie_pattern(w.strip() for w in _POS_EN) + "|" + _trie_pattern(_POS_ZH) + ")")
-# "no errors", "without downtime", "prevented a crash": a negative word that was negated counts as positive.
-_NEGATED_NEG = re.compile(r"\b(?:no|without|zero|never|avoid(?:ed)?|prevent(?:ed)?)\s+(?:\w+\s+)?"
-                          r"(?:fail|error|crash|timeout|downtime|outage|bug|regression|incident)")
-_NEGATION_HINT = re.compile(r"\b(?:no|without|zero|never|avoid|prevent)")
-
-
-def guess_polarity(text: str) -> str | None:
-    """positive | negative | mixed from keywords (English and Chinese); None if no signal."""
-    t = (text or "").lower()
-    negated = 0
-    if _NEGATION_HINT.search(t):
-        t, negated = _NEGATED_NEG.subn(" ", t)
-    neg = pos = 0
-    for m in _KEYWORDS.finditer(t):
-        if m.lastgroup == "neg":
-            neg += 1
-        else:
-            pos += 1
-    pos += negated
-    if neg and pos:
-        return "mixed" if neg == pos else ("negative" if neg > pos else "positive")
-    if neg:
-        return "negative"
-    if pos:
-        return "positive"
-    return None
+def check_unicode(value: str, name: str) -> str:
+    """Text SQLite can store: no lone surrogates (they cannot be encoded as UTF-8)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{name} is not valid Unicode text: lone surrogate {value[exc.start]!r} at position "
+                         f"{exc.start}") from None
+    return value
 
 
 def check_text(value: Any, name: str) -> str:
@@ -83,7 +27,7 @@ def check_text(value: Any, name: str) -> str:
         raise ValueError(f"{name} must be non-empty text, got {value!r}")
     if "\x00" in value:
         raise ValueError(f"{name} must not contain NUL characters")
-    return value
+    return check_unicode(value, name)
 
 
 def check_limit(limit: Any, name: str = "limit") -> int:
@@ -98,7 +42,10 @@ def check_limit(limit: Any, name: str = "limit") -> int:
 def check_confidence(value: Any, name: str = "confidence") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number in [0, 1], got {type(value).__name__}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be in [0, 1], got an integer of {len(str(value))} digits") from None
     if math.isnan(v) or not 0.0 <= v <= 1.0:
         raise ValueError(f"{name} must be in [0, 1], got {value!r}")
     return v
@@ -122,9 +69,11 @@ def check_source(value: Any) -> str:
 def check_scope_value(value: Any, name: str) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a non-empty string or None, got {type(value).__name__}")
+    if not value or "\x00" in value:
         raise ValueError(f"{name} must be a non-empty string or None, got {value!r}")
-    return value
+    return check_unicode(value, name)
 
 
 def normalize_messages(messages: Any) -> list[tuple[str | None, str, dict]]:

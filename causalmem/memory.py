@@ -7,28 +7,33 @@ queries to ``causal``, retrieval to ``retrieval``, learning to ``learning``, sle
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import inspect
+import logging
 import math
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from . import causal, consolidation, ingest, learning, retrieval
 from . import write as w
 from .chunks import ChunkTable
 from .config import Config
-from .errors import ConfigurationError
+from .errors import ConfigurationError, StoreError
 from .projection import Projection
 from .store import Store
 from .store.base import ChunkRow, EdgeRow
 from .types import SOURCES_CONFIDENCE, Activation, AddResult, Chunk, Edge, Hit, InterventionReport, Relation, \
-    SleepReport, to_timestamp
+    SleepReport, check_clock_value, to_timestamp
 from .views import Views
 
 if TYPE_CHECKING:  # pragma: no cover
     from .semantic import Embedder, VectorIndex
 
 __all__ = ["Memory"]
+
+log = logging.getLogger("causalmem")
 
 
 class Memory:
@@ -41,14 +46,16 @@ class Memory:
 
     def __init__(self, path: str | os.PathLike[str] = ":memory:", *, config: Config | None = None,
                  clock: Callable[[], float] | None = None, embedder: Any = "auto", judge: Any = None,
-                 distiller: Any = None) -> None:
+                 distiller: Any = None, read_only: bool = False) -> None:
         if config is not None and not isinstance(config, Config):
             raise TypeError(f"config must be a causalmem.Config, got {type(config).__name__}")
         if clock is not None and not callable(clock):
             raise TypeError("clock must be a zero-argument callable returning POSIX seconds")
+        if not isinstance(read_only, bool):
+            raise TypeError(f"read_only must be True or False, got {type(read_only).__name__}")
         self.config = config or Config()
         self._lock = threading.RLock()
-        self._store = Store(path, busy_timeout_ms=self.config.busy_timeout_ms)
+        self._store = Store(path, busy_timeout_ms=self.config.busy_timeout_ms, read_only=read_only)
         self.path = self._store.path
         self._views = Views(self._store, self.config, clock or time.time, embedder=embedder, lock=self._lock)
         self.judge = judge
@@ -62,9 +69,28 @@ class Memory:
         self.close()
 
     def close(self) -> None:
-        """Close the database. Everything written is already committed."""
+        """Close the database: queued search reinforcement is written first (if the file is locked
+        or read-only it is dropped, with a log line); everything else is already committed."""
         with self._lock:
-            self._store.close()
+            if getattr(self._store, "_closed", False):
+                return
+            try:
+                self._views.flush_reinforcement(wait=True)
+            except StoreError as exc:
+                self._views.drop_reinforcement(str(exc))
+            finally:
+                self._store.close()
+
+    def flush(self) -> int:
+        """Write the reinforcement queued by searches now (normally done by the next write, a size
+        or time threshold, or ``close``); returns how many searches it covered."""
+        with self._lock:
+            return self._views.flush_reinforcement(wait=True)
+
+    @property
+    def read_only(self) -> bool:
+        """Opened read-only: searches work (reinforcement off), writes raise ``StoreError``."""
+        return self._store.read_only
 
     def now(self) -> float:
         return self._views.now()
@@ -96,6 +122,7 @@ class Memory:
     def _require_chunk(self, chunk_id: Any, name: str = "chunk_id") -> ChunkRow:
         if not isinstance(chunk_id, str):
             raise TypeError(f"{name} must be a chunk id string, got {type(chunk_id).__name__}")
+        ingest.check_unicode(chunk_id, name)
         row = self._store.chunk_row(chunk_id)
         if row is None:
             raise KeyError(f"unknown {name} {chunk_id!r}")
@@ -104,6 +131,7 @@ class Memory:
     def _require_edge(self, edge_id: Any) -> EdgeRow:
         if not isinstance(edge_id, str):
             raise TypeError(f"edge_id must be an edge id string, got {type(edge_id).__name__}")
+        ingest.check_unicode(edge_id, "edge_id")
         row = self._store.edge_row(edge_id)
         if row is None:
             raise KeyError(f"unknown edge_id {edge_id!r}")
@@ -184,14 +212,28 @@ class Memory:
             self._views.count_write(fx)
 
     def delete_all(self, *, user_id: str | None = None, agent_id: str | None = None,
-                   run_id: str | None = None) -> int:
-        """Soft-delete every chunk of a scope (at least one scope filter is required)."""
-        if user_id is None and agent_id is None and run_id is None:
+                   run_id: str | None = None, purge: bool = False) -> int:
+        """Delete every chunk of a scope (at least one scope filter is required); returns how many.
+
+        By default a soft delete: hidden from every query, kept in ``history``. ``purge=True`` is
+        the right-to-be-forgotten path: the texts and everything derived from them (edges,
+        co-occurrence, facts, vectors, history, also of chunks soft-deleted before) leave every
+        table, then the file is rewritten (``VACUUM``, write-ahead log emptied, freed pages zeroed)
+        so the bytes are gone from the disk; ``get``/``history`` then raise ``KeyError``."""
+        scope = w.check_scope(user_id, agent_id, run_id)
+        if not isinstance(purge, bool):
+            raise TypeError(f"purge must be True or False, got {type(purge).__name__}")
+        if scope == (None, None, None):
             raise ValueError("delete_all needs user_id, agent_id or run_id (refusing to delete everything)")
-        filters = {k: v for k, v in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id))
-                   if v is not None}
+        filters = {k: v for k, v in zip(("user_id", "agent_id", "run_id"), scope) if v is not None}
         with self._views.write() as fx:
-            return w.delete_scope(self._views, fx, filters)
+            n = w.purge_scope(self._views, fx, filters) if purge else w.delete_scope(self._views, fx, filters)
+        if purge:
+            with self._lock:
+                if not self._store.compact():
+                    log.warning("causalmem: %s: purged, but another connection kept the write-ahead log in use; "
+                                "the freed pages are zeroed, the log is emptied at its next checkpoint", self.path)
+        return n
 
     def update(self, chunk_id: str, text: str | None = None, *, metadata: Mapping[str, Any] | None = None) -> Chunk:
         """Replace a chunk's text (re-indexed and re-embedded; the old text stays in ``history``) and/or
@@ -244,6 +286,45 @@ class Memory:
         return AddResult(chunks, distilled=len(distilled) - len(not_stored), distill_skipped=skipped + not_stored,
                          distill_error=error)
 
+    # ------------------------------------------------------------------ backup and move
+    def export(self, path: str | os.PathLike[str] | IO[str], *, vectors: bool = False) -> int:
+        """Write the whole memory as versioned JSON lines (see ``causalmem.portable``): chunks with
+        their history, edges with validity, supersession and evidence, facts, Q-values,
+        co-occurrence, decay bookkeeping and, with ``vectors=True``, the stored embeddings.
+        Returns the number of lines. Queued search reinforcement is written first."""
+        from . import portable
+
+        if not isinstance(vectors, bool):
+            raise TypeError(f"vectors must be True or False, got {type(vectors).__name__}")
+        fh, owned = portable.open_text(path, "w")
+        try:
+            with self._lock:
+                self._views.flush_reinforcement(wait=False)
+                header = {"schema_version": self._store.user_version(), "exported_at": time.time(),
+                          "vectors": vectors, "counts": self._store.counts()}
+                return portable.write_dump(self._store.export_records(vectors=vectors), fh, header=header)
+        finally:
+            if owned:
+                fh.close()
+
+    def import_(self, path: str | os.PathLike[str] | IO[str]) -> dict[str, int]:
+        """Load a file written by ``export`` in one transaction: every line is checked first, a bad
+        one raises ``ValueError`` naming its line and nothing is written. Ids must not exist here
+        yet (import into an empty memory, or one that shares no ids). Returns counts by type."""
+        from . import portable
+
+        fh, owned = portable.open_text(path, "r")
+        try:
+            records = portable.read_dump(fh, existing_ids=self._store.existing_ids)
+        finally:
+            if owned:
+                fh.close()
+        with self._views.write() as fx:
+            counts = self._store.import_records(records)
+            self._views.purged(fx)  # rebuild every view from the store
+            self._views.count_write(fx)
+        return counts
+
     # ------------------------------------------------------------------ reads
     def get_all(self, filters: Mapping[str, Any] | None = None, *, limit: int = 100,
                 metadata: Mapping[str, Any] | None = None, **kwargs: Any) -> list[Chunk]:
@@ -261,10 +342,21 @@ class Memory:
         nid = None if chunk_id is None else self._require_chunk(chunk_id).nid
         return [r.to_edge() for r in self._store.edge_rows(nid=nid, valid_only=valid_only)]
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self, *, user_id: str | None = None, agent_id: str | None = None,
+              run_id: str | None = None) -> dict[str, Any]:
+        """Counts of chunks, edges, pairs, facts and vectors (of one scope if any filter is given)."""
+        scope = w.check_scope(user_id, agent_id, run_id)
         with self._lock:
-            return {**self._store.counts(), "path": self.path, "schema_version": self._store.user_version(),
-                    "graph_rebuilds": self._views.projection.rebuilds, "embedder": self._views.embedder_name}
+            if scope == (None, None, None):
+                c: dict[str, Any] = dict(self._store.counts())
+            else:
+                c = dict(self._store.scoped_counts(
+                    {k: v for k, v in zip(("user_id", "agent_id", "run_id"), scope) if v is not None}))
+            c["path"] = self.path
+            c["schema_version"] = self._store.user_version()
+            c["graph_rebuilds"] = self._views.projection.rebuilds
+            c["embedder"] = self._views.embedder_name
+            return c
 
     # ------------------------------------------------------------------ causal queries
     def search_causal(self, query: str, *, limit: int = 5, task_tag: str | None = None,
@@ -286,9 +378,16 @@ class Memory:
     def _causal(self, query: Any, reverse: bool, limit: Any, task_tag: str | None, scope: tuple[Any, Any, Any],
                 include_seeds: bool, overrides: Mapping[str, Any]) -> list[Activation]:
         sc = w.check_scope(*scope)
+        name = "outcome" if reverse else "query"
         if not isinstance(query, str):
-            raise TypeError(f"query must be a string, got {type(query).__name__}")
+            raise TypeError(f"{name} must be a string, got {type(query).__name__}")
+        ingest.check_unicode(query, name)
+        if task_tag is not None:
+            if not isinstance(task_tag, str):
+                raise TypeError(f"task_tag must be a string or None, got {type(task_tag).__name__}")
+            ingest.check_unicode(task_tag, "task_tag")
         limit = ingest.check_limit(limit)
+        overrides = causal.check_spread_overrides(overrides)
         with self._lock:
             return causal.spread_query(self._views, query, reverse=reverse, limit=limit, task_tag=task_tag,
                                        scope=sc, include_seeds=include_seeds, overrides=overrides)
@@ -298,6 +397,7 @@ class Memory:
         """Predict what doing ``action`` again leads to, with causal chains and a risk label."""
         if not isinstance(action, str):
             raise TypeError(f"action must be a string, got {type(action).__name__}")
+        ingest.check_unicode(action, "action")
         limit = ingest.check_limit(limit)
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 1 <= max_depth <= 20:
             raise ValueError(f"max_depth must be an integer between 1 and 20, got {max_depth!r}")
@@ -332,11 +432,12 @@ class Memory:
         """Reward (in [-1, 1]) a memory that proved useful or harmful; returns its new Q-value."""
         if isinstance(reward, bool) or not isinstance(reward, (int, float)):
             raise TypeError(f"reward must be a number in [-1, 1], got {type(reward).__name__}")
-        if math.isnan(float(reward)) or not -1.0 <= float(reward) <= 1.0:
-            raise ValueError(f"reward must be in [-1, 1], got {reward!r}")
+        if not -1.0 <= reward <= 1.0 or reward != reward:  # compares ints exactly: no float overflow
+            raise ValueError(f"reward must be in [-1, 1], got {reward if abs(reward) < 1e30 else 'a huge number'}")
         with self._views.write() as fx:
             if not isinstance(chunk_id, str):
                 raise TypeError(f"chunk_id must be a chunk id string, got {type(chunk_id).__name__}")
+            ingest.check_unicode(chunk_id, "chunk_id")
             nid = self._store.nid_of(chunk_id)
             if nid is None:
                 raise KeyError(f"unknown chunk_id {chunk_id!r}")
@@ -354,15 +455,15 @@ class Memory:
         (default ``Config.sleep_llm_budget``); pairs not asked wait for the next sleep
         (``SleepReport.judge_deferred``), verdicts whose edges changed meanwhile are not applied.
         """
-        ts = self.now() if now is None else to_timestamp(now, name="now")
-        assert ts is not None
+        ts = check_clock_value(now, "now") if now is not None else self.now()
         budget = self.config.sleep_llm_budget if llm_budget is None else llm_budget
         judge = consolidation.check_sleep_args(now=ts, judge=judge or self.judge, min_diversity=min_diversity,
                                                action=action, llm_budget=budget)
         verdicts = None
         with self._lock:
             self._views.sync_external()
-            plan = consolidation.plan_slow_judging(self._store, judge, min_diversity=min_diversity)
+            plan = consolidation.plan_slow_judging(self._store, judge, min_diversity=min_diversity,
+                                                    retire=action == "retire")
         if plan is not None:  # never hold the lock across a network call
             verdicts = consolidation.ask_judge(judge, plan, budget=budget)
         with self._lock:
@@ -386,3 +487,23 @@ class Memory:
         from .viz import subgraph  # imported on use: viz reads through this facade's public API
 
         return subgraph(self, query_or_ids, depth=depth, direction=direction, limit=limit, **kwargs)
+
+def _backend_errors_as_store_errors(cls: type) -> type:
+    """Every public method: a raw backend error (disk full, damaged page, lock) surfaces as a
+    ``StoreError`` naming the file, never as the driver's own exception."""
+    for name, fn in list(vars(cls).items()):
+        if name.startswith("_") or not inspect.isfunction(fn):
+            continue
+
+        def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(fn)
+            def method(self: "Memory", *args: Any, **kwargs: Any) -> Any:
+                with self._store.errors():
+                    return fn(self, *args, **kwargs)
+            return method
+
+        setattr(cls, name, wrap(fn))
+    return cls
+
+
+_backend_errors_as_store_errors(Memory)

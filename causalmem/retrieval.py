@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import learning, metadata_filter
+from . import ingest, metadata_filter
 from .config import Config
 from .store.base import ChunkRow, StoreBackend
 from .types import Chunk, Hit, to_timestamp
@@ -67,6 +67,7 @@ def _params_for(config: Config) -> RetrievalParams:
 def _check_args(query: Any, top_k: Any, channels: Any, fusion: Any, max_top_k: int) -> tuple[str, ...]:
     if not isinstance(query, str):
         raise TypeError(f"query must be a string, got {type(query).__name__}")
+    ingest.check_unicode(query, "query")
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
         raise TypeError(f"top_k must be an integer, got {type(top_k).__name__}")
     if not 1 <= int(top_k) <= max_top_k:
@@ -97,6 +98,8 @@ def _scope(user_id, agent_id, run_id, filters: Mapping[str, Any] | None) -> dict
     for k, v in scope.items():
         if v is not None and (not isinstance(v, str) or not v):
             raise ValueError(f"{k} must be a non-empty string or None, got {v!r}")
+        if v is not None:
+            ingest.check_unicode(v, k)
     return scope
 
 
@@ -439,15 +442,14 @@ def _paths(views: Views, chosen: list[int], seeds: dict[int, float], act: dict[i
 
 
 def _reinforce(views: Views, nids: list[int]) -> None:
-    """Access reinforcement + Hebbian credit for what one search returned (one transaction)."""
-    now = views.now()
-    with views.write() as fx:
-        views.store.touch_chunks(nids, now)
-        pairs = learning.hebbian_credit(views.store, nids, now, views.config)
-        views.accessed(fx, nids, learned_links=bool(pairs))
+    """Access reinforcement + Hebbian credit for what one search returned: queued, written in
+    batches by the next write (a search never waits on the write lock); pairs only within a scope."""
+    views.queue_reinforcement(nids)
 
 
 LIST_FILTERS = ("user_id", "agent_id", "run_id", "session_id", "kind")
+#: the largest ``get_all`` limit (SQLite's LIMIT is a signed 64-bit integer; this means "all")
+MAX_LIST = 2 ** 62
 
 
 def list_chunks(store: StoreBackend, filters: Mapping[str, Any], metadata: Mapping[str, Any] | None,
@@ -457,8 +459,17 @@ def list_chunks(store: StoreBackend, filters: Mapping[str, Any], metadata: Mappi
     bad = set(filters) - set(LIST_FILTERS)
     if bad:
         raise ValueError(f"unknown filter keys {sorted(bad)}; allowed: {sorted(LIST_FILTERS)}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-        raise ValueError(f"limit must be a positive integer, got {limit!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit must be an integer, got {type(limit).__name__}")
+    if not 1 <= limit <= MAX_LIST:
+        raise ValueError(f"limit must be between 1 and {MAX_LIST}, got {limit!r}")
+    for k, v in filters.items():
+        if k in ("user_id", "agent_id", "run_id"):
+            ingest.check_scope_value(v, k)
+        elif v is not None:
+            if not isinstance(v, str):
+                raise TypeError(f"{k} must be a string or None, got {type(v).__name__}")
+            ingest.check_unicode(v, k)
     if metadata is None:
         nids = store.chunk_nids(filters=filters, limit=limit)
     else:

@@ -137,6 +137,10 @@ class Edge:
     discovered_at: float | None = None
     subtype: str | None = None
     invalid_reason: str | None = None
+    #: how ``polarity`` was obtained: ``given`` by the caller, ``guessed`` from the lexicon, ``unknown``
+    polarity_origin: str | None = None
+    #: how many times this (decision, outcome, relation) was recorded in its scope
+    evidence: int = 1
 
 
 @dataclass(frozen=True)
@@ -249,10 +253,41 @@ def to_timestamp(value: "float | int | _dt.datetime | None", *, name: str = "tim
             )
         return value.timestamp()
     if isinstance(value, (int, float)):
-        v = float(value)
-        if not math.isfinite(v):
-            raise ValueError(f"{name} must be finite, got {value!r}")
+        try:
+            v = float(value)
+        except OverflowError:  # an int beyond float range (10**400)
+            raise ValueError(f"{name} must be finite POSIX seconds, got an integer of {len(str(value))} digits") \
+                from None
+        if not math.isfinite(v) or abs(v) > MAX_TIMESTAMP:
+            raise ValueError(f"{name} must be finite POSIX seconds within ±{MAX_TIMESTAMP:.0e}, got {value!r}")
         return v
     raise TypeError(
         f"{name} must be POSIX seconds (float) or a timezone-aware datetime, got {type(value).__name__}"
     )
+
+
+#: |POSIX seconds| beyond this (about year 33,000) is not a time but a unit mistake or garbage
+MAX_TIMESTAMP = 1e12
+#: the plausible window of a *clock reading* (``clock()``, ``now=``): 1990-01-01 .. now + 1 year.
+#: A millisecond clock (1.8e12) or an epoch-0 clock would retire or freeze everything.
+CLOCK_MIN = 631_152_000.0
+CLOCK_AHEAD = 366 * 86400.0
+
+
+def check_clock_value(value: Any, name: str = "clock") -> float:
+    """A clock reading or ``now=`` as POSIX seconds, refused outside 1990 .. wall time + 1 year."""
+    import time as _time
+
+    if isinstance(value, _dt.datetime):
+        v = to_timestamp(value, name=name)
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must return POSIX seconds (a float), got {type(value).__name__}")
+    else:
+        v = to_timestamp(value, name=name)
+    assert v is not None
+    hi = _time.time() + CLOCK_AHEAD
+    if not CLOCK_MIN <= v <= hi:
+        hint = " (milliseconds? divide by 1000)" if v > hi and v / 1000.0 <= hi else ""
+        raise ValueError(f"{name} gave {v!r}, outside the plausible window of POSIX seconds "
+                         f"[{CLOCK_MIN:.0f} (1990-01-01), {hi:.0f} (now + 1 year)]{hint}")
+    return v

@@ -15,6 +15,7 @@ commit (the store's ``data_version``) is noticed at the next read or write and p
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
@@ -27,7 +28,11 @@ from .lexical import BM25Index
 from .projection import Projection
 from .semantic import Embedder, VectorIndex, blob_to_vector, resolve_embedder, vector_to_blob
 from .store.base import EmbeddingRow, StoreBackend, text_hash
-from .types import Relation
+from . import learning
+from .errors import StoreError
+from .types import Relation, check_clock_value
+
+log = logging.getLogger("causalmem")
 
 __all__ = ["Views", "NewChunk", "Effects", "Scope"]
 
@@ -77,9 +82,15 @@ class Views:
         self._effects: Effects | None = None
         self._data_version = store.data_version()
         self._updates_seen = store.last_update_event()
+        # search reinforcement waiting for a write: (clock time, nids, nid groups of one scope each)
+        self._queued: list[tuple[float, list[int], list[list[int]]]] = []
+        self._queued_since = 0.0
+        self.reinforce_off: str | None = "the database was opened read-only" if store.read_only else None
+        self._reinforce_off_logged = False
 
     def now(self) -> float:
-        return float(self.clock())
+        """The clock, refused outside 1990 .. now + 1 year (a millisecond clock retires everything)."""
+        return check_clock_value(self.clock(), "clock")
 
     # ------------------------------------------------------------------ embedder
     @property
@@ -166,8 +177,10 @@ class Views:
 
     # ------------------------------------------------------------------ the write protocol
     @contextlib.contextmanager
-    def write(self) -> Iterator[Effects]:
-        """One public write = one transaction; in-memory effects apply only after commit."""
+    def write(self, *, wait: bool = True) -> Iterator[Effects]:
+        """One public write = one transaction; in-memory effects apply only after commit.
+
+        The reinforcement queued by searches is written first, in the same transaction."""
         with self.lock:
             outer = self._effects is None
             if outer:
@@ -175,12 +188,17 @@ class Views:
                 self._effects = []
             effects = self._effects
             assert effects is not None
+            queued: list = []
             try:
-                with self.store.transaction():
+                with self.store.transaction(wait=wait):
+                    if outer and self._queued:
+                        queued, self._queued = self._queued, []
+                        self._write_reinforcement(effects, queued)
                     yield effects
             except BaseException:
                 if outer:
                     self._effects = None
+                    self._queued = queued + self._queued  # not written: still waiting
                 raise
             if outer:
                 self._effects = None
@@ -320,6 +338,87 @@ class Views:
                 self.projection.learning_change()
 
         fx.append(apply)
+
+    def purged(self, fx: Effects) -> None:
+        """Chunks and edges were removed from the store for good: rebuild every view from it."""
+        def apply() -> None:
+            self.chunks = self.lexical = self.vectors = None
+            self.projection.mark_stale()
+
+        fx.append(apply)
+
+    def edges_reweighted(self, fx: Effects, edges: Sequence[tuple[int, float]]) -> None:
+        """Valid edges whose confidence changed (repeated evidence): the projection is rebuilt."""
+        if edges:
+            fx.append(self.projection.mark_stale)
+
+    # ------------------------------------------------------------------ queued search reinforcement
+    def queue_reinforcement(self, nids: Sequence[int]) -> None:
+        """What one search returned: access counts and Hebbian credit, queued (never a write lock
+        here). Pairs are credited only within one scope: an unscoped search never links two users."""
+        if self.reinforce_off is not None:
+            self._say_reinforcement_off()
+            return
+        nids = [int(n) for n in dict.fromkeys(nids)]
+        if not nids:
+            return
+        groups: dict[tuple, list[int]] = {}
+        table = self.chunks
+        for n in nids[:learning.MAX_HEBBIAN_NIDS]:
+            key = (int(table.user[n]), int(table.agent[n]), int(table.run[n])) if table is not None and n < table.n \
+                else ("nid", n)
+            groups.setdefault(key, []).append(n)
+        if not self._queued:
+            self._queued_since = time.monotonic()
+        self._queued.append((self.now(), nids, [g for g in groups.values() if len(g) > 1]))
+        if len(self._queued) > self.config.reinforce_queue_max:
+            dropped = len(self._queued) - self.config.reinforce_queue_max
+            del self._queued[:dropped]
+            log.warning("causalmem: %s: reinforcement queue full (writer busy); dropped the oldest %d searches",
+                        self.store.path, dropped)
+        if len(self._queued) >= self.config.reinforce_batch or \
+                time.monotonic() - self._queued_since >= self.config.reinforce_seconds:
+            self.flush_reinforcement(wait=False)
+
+    def flush_reinforcement(self, *, wait: bool = True) -> int:
+        """Write the queued reinforcement now; returns how many searches were written. With
+        ``wait=False`` a busy write lock leaves the queue for later instead of waiting."""
+        if not self._queued or self.reinforce_off is not None:
+            return 0
+        n = len(self._queued)
+        try:
+            with self.write(wait=wait):
+                pass
+        except StoreError as exc:
+            msg = str(exc)
+            if "read-only" in msg or "readonly" in msg:
+                self.reinforce_off = f"the database is read-only ({msg})"
+                self._queued = []
+                self._say_reinforcement_off()
+                return 0
+            if not wait and "locked" in msg:
+                return 0
+            raise
+        return n
+
+    def drop_reinforcement(self, why: str) -> None:
+        if self._queued:
+            log.warning("causalmem: %s: reinforcement of %d searches not written: %s", self.store.path,
+                        len(self._queued), why)
+            self._queued = []
+
+    def _say_reinforcement_off(self) -> None:
+        if not self._reinforce_off_logged:
+            self._reinforce_off_logged = True
+            log.warning("causalmem: %s: search reinforcement is off: %s", self.store.path, self.reinforce_off)
+
+    def _write_reinforcement(self, fx: Effects, queued: Sequence[tuple[float, list[int], list[list[int]]]]) -> None:
+        for t, nids, groups in queued:
+            self.store.touch_chunks(nids, t)
+            learned = False
+            for g in groups:
+                learned |= bool(learning.hebbian_credit(self.store, g, t, self.config))
+            self.accessed(fx, nids, learned_links=learned)
 
     def count_write(self, fx: Effects, n: int = 1) -> None:
         fx.append(lambda: self.projection.count_write(n))

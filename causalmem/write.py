@@ -24,7 +24,7 @@ log = logging.getLogger("causalmem")
 __all__ = [
     "validated_record", "parse_record_items", "record_batch", "get_or_create_chunk", "insert_edge",
     "invalidate_edge", "delete_chunk", "delete_scope", "link", "add_fact", "update_text", "restore_edge",
-    "turn_rows", "add_turns", "apply_distilled", "check_scope",
+    "turn_rows", "add_turns", "apply_distilled", "check_scope", "purge_scope", "combine_confidence",
 ]
 
 _EXCITATORY = ("caused", "enabled")
@@ -73,6 +73,8 @@ def validated_record(decision: Any, outcome: Any, relation: Any, source: Any, co
         conf = SOURCES_CONFIDENCE.get(source, 0.6) if confidence is None else confidence
         if task_tag is not None and not isinstance(task_tag, str):
             raise TypeError(f"task_tag must be a string or None, got {type(task_tag).__name__}")
+        if task_tag is not None:
+            ingest.check_unicode(task_tag, "task_tag")
         meta = dict(rel=rel, subtype=Relation.subtype_of(relation), source=source,
                     confidence=ingest.check_confidence(conf), polarity=ingest.check_polarity(polarity),
                     task_tag=task_tag, event_time=to_timestamp(event_time, name="event_time"),
@@ -135,42 +137,63 @@ def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
     chunk_of = dict(found)
     chunk_of.update(zip(new_keys, created))
     views.store_vectors([(c.nid, t, vecs[t]) for (t, _sc), c in zip(new_keys, created) if t in vecs])
-    # 2. edges
-    rows = []
+    # 2. edges: repeated evidence (same decision, outcome, relation in the scope) updates the
+    #    existing valid edge; everything else is a new edge
     guessed: dict[str, str | None] = {}
+    wanted: list[tuple[dict[str, Any], tuple]] = []
     for a in items:
         d_nid = chunk_of[(a["decision"], a["scope"])].nid
         o_nid = chunk_of[(a["outcome"], a["scope"])].nid
-        polarity = a["polarity"]
+        polarity, origin = a["polarity"], "given"
         if polarity is None:
             polarity = guessed.get(a["outcome"], "?")
             if polarity == "?":
                 polarity = guessed[a["outcome"]] = ingest.guess_polarity(a["outcome"])
-        rows.append({"src": d_nid, "dst": o_nid, "relation": a["rel"], "subtype": a["subtype"],
-                     "confidence": a["confidence"], "source": a["source"], "polarity": polarity,
-                     "task_tag": a["task_tag"], "event_time": a["event_time"], "discovered_at": now})
-    inserted = store.insert_edges_bulk(rows)
-    # 3. contradiction fast path (rule judge): a new success retires older failures of the same decision
-    failures: dict[int, list[tuple[int, str, int]]] | None = None
-    for r, (eid, edge_id) in zip(rows, inserted):
-        if r["relation"].value not in _EXCITATORY:
+            origin = "unknown" if polarity is None else "guessed"
+        row = {"src": d_nid, "dst": o_nid, "relation": a["rel"], "subtype": a["subtype"],
+               "confidence": a["confidence"], "source": a["source"], "polarity": polarity, "polarity_origin": origin,
+               "task_tag": a["task_tag"], "event_time": a["event_time"], "discovered_at": now}
+        wanted.append((row, (d_nid, o_nid, a["rel"].value, a["subtype"])))
+    existing = store.valid_edges_for_pairs([k for _r, k in wanted])
+    # per key: [eid, id, confidence, evidence, polarity, origin, added evidence, is new]
+    state: dict[tuple, list[Any]] = {k: [e.eid, e.id, e.confidence, e.evidence, e.polarity, e.polarity_origin, 0, False]
+                                     for k, e in existing.items()}
+    rows: list[dict[str, Any]] = []
+    for row, key in wanted:
+        st = state.get(key)
+        if st is None:
+            state[key] = [None, None, row["confidence"], 1, row["polarity"], row["polarity_origin"], 0, True]
+            rows.append(row)
             continue
-        if failures is None:  # older failures only: this batch's own edges are added in order below
-            first_new = inserted[0][0]
-            failures = {src: [(f.eid, f.id, f.dst) for f in lst if f.eid < first_new] for src, lst in
-                        store.negative_excitatory_out_edges(
-                            [x["src"] for x in rows if x["relation"].value in _EXCITATORY
-                             and x["polarity"] == "positive"]).items()}
-        if r["polarity"] == "positive":
-            keep = []
-            for old_eid, old_id, old_dst in failures.get(r["src"], []):
-                if old_dst != r["dst"]:
-                    invalidate_edge(views, fx, old_eid, f"superseded by {edge_id} (rule: new success)", edge_id)
-                else:
-                    keep.append((old_eid, old_id, old_dst))
-            failures[r["src"]] = keep
-        elif r["polarity"] == "negative":
-            failures.setdefault(r["src"], []).append((eid, edge_id, r["dst"]))
+        st[2] = combine_confidence(st[2], row["confidence"])
+        st[3] += 1
+        st[6] += 1
+        if row["polarity_origin"] == "given" or (st[5] != "given" and row["polarity"] is not None):
+            st[4], st[5] = row["polarity"], row["polarity_origin"]
+    inserted = store.insert_edges_bulk(rows)
+    for row, (eid, edge_id) in zip(rows, inserted):
+        st = state[(row["src"], row["dst"], row["relation"].value, row["subtype"])]
+        st[0], st[1] = eid, edge_id
+        if st[6]:  # repeated within this batch: the new edge carries the combined evidence at once
+            row["confidence"] = st[2]
+    updates = [(st[2], st[6], st[4], st[5], st[0]) for st in state.values() if st[6]]
+    if updates:
+        store.add_edge_evidence(updates)
+        views.edges_reweighted(fx, [(st[0], st[2]) for st in state.values() if st[6] and not st[7]])
+    # 3. contradiction fast path (rule judge): a new success *annotates* older failures of the same
+    #    decision (superseded_by); retiring them is sleep's judge's call, never a write-time guess
+    failures = store.negative_excitatory_out_edges(
+        [r["src"] for r in rows if r["relation"].value in _EXCITATORY and r["polarity"] == "positive"])
+    first_new = inserted[0][0] if inserted else None
+    notes = []
+    for r, (eid, edge_id) in zip(rows, inserted):
+        if r["relation"].value not in _EXCITATORY or r["polarity"] != "positive":
+            continue
+        for old in failures.get(r["src"], []):
+            if old.dst != r["dst"] and (first_new is None or old.eid < first_new):
+                notes.append((edge_id, old.eid))
+    if notes:
+        store.annotate_superseded(notes)
     # 4. in-memory views, after commit
     views.chunks_added(fx, [NewChunk(c.nid, t, keys[(t, sc)], now, None, q0, sc) for (t, sc), c in
                             zip(new_keys, created)],
@@ -179,10 +202,32 @@ def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
                            for r, (eid, _e) in zip(rows, inserted)])
     views.count_write(fx)
     ids = {c.nid: c.id for c in chunk_of.values()}
-    return [Edge(id=edge_id, src=ids[r["src"]], dst=ids[r["dst"]], relation=r["relation"].value,
-                 confidence=r["confidence"], source=r["source"], polarity=r["polarity"], task_tag=r["task_tag"],
-                 event_time=r["event_time"], valid=True, superseded_by=None, discovered_at=now,
-                 subtype=r["subtype"]) for r, (_eid, edge_id) in zip(rows, inserted)]
+    fresh = {eid for eid, _e in inserted}
+    out = []
+    for row, key in wanted:
+        st = state[key]
+        if st[0] in fresh:
+            conf, evidence, disc = st[2], st[3], now
+            edge = Edge(id=st[1], src=ids[row["src"]], dst=ids[row["dst"]], relation=row["relation"].value,
+                        confidence=conf, source=row["source"], polarity=st[4], task_tag=row["task_tag"],
+                        event_time=row["event_time"], valid=True, superseded_by=None, discovered_at=disc,
+                        subtype=row["subtype"], polarity_origin=st[5], evidence=evidence)
+        else:
+            edge = None  # an existing edge: read back after the update (its own history and notes)
+        out.append((st[1], edge))
+    stored = {r.id: r for r in store.edge_rows_by_ids([i for i, e in out if e is None])} if any(
+        e is None for _i, e in out) else {}
+    return [e if e is not None else stored[i].to_edge() for i, e in out]
+
+
+#: repeated evidence never makes an edge certain
+EVIDENCE_CAP = 0.99
+
+
+def combine_confidence(old: float, new: float) -> float:
+    """Two independent pieces of evidence (noisy-or), capped at ``EVIDENCE_CAP`` but never
+    below what either of them said."""
+    return max(old, new, min(EVIDENCE_CAP, 1.0 - (1.0 - old) * (1.0 - new)))
 
 
 # ---------------------------------------------------------------------------------- single rows
@@ -247,6 +292,16 @@ def delete_scope(views: Views, fx: Effects, filters: Mapping[str, str | None]) -
     return len(nids)
 
 
+def purge_scope(views: Views, fx: Effects, filters: Mapping[str, str | None]) -> int:
+    """Right to be forgotten: every chunk of the scope (soft-deleted ones too) and everything
+    derived from it leave the store; the in-memory views are rebuilt from what is left."""
+    nids = views.store.chunk_nids(filters=filters, live_only=False)
+    n = views.store.purge_chunks(nids)
+    views.purged(fx)
+    views.count_write(fx, max(1, n))
+    return n
+
+
 def link(views: Views, fx: Effects, s: ChunkRow, d: ChunkRow, rel: Relation, subtype: str | None, *,
          confidence: float, source: str, polarity: str | None, task_tag: str | None) -> str:
     """A typed edge between two live chunks; returns its id."""
@@ -255,6 +310,11 @@ def link(views: Views, fx: Effects, s: ChunkRow, d: ChunkRow, rel: Relation, sub
             raise ValueError(f"{name} {row.id!r} was deleted")
     if s.nid == d.nid:
         raise ValueError("src_chunk_id and dst_chunk_id are the same chunk")
+    if (s.user_id, s.agent_id, s.run_id) != (d.user_id, d.agent_id, d.run_id):
+        raise ValueError(
+            f"src_chunk_id and dst_chunk_id are in different scopes (user_id/agent_id/run_id "
+            f"{(s.user_id, s.agent_id, s.run_id)!r} vs {(d.user_id, d.agent_id, d.run_id)!r}); scope is a wall: "
+            "no edge joins two scopes")
     _, edge_id = insert_edge(views, fx, s.nid, d.nid, rel, confidence=confidence, source=source, polarity=polarity,
                              task_tag=task_tag, event_time=None, subtype=subtype)
     views.count_write(fx)
@@ -311,6 +371,12 @@ def _jsonable(v: Any) -> bool:
 def turn_rows(turns: Sequence[tuple[str | None, str, Mapping[str, Any]]], *, scope: Scope, session: str,
               metadata: Mapping[str, Any] | None, event_time: float | None, q_init: float) -> list[dict[str, Any]]:
     """Chunk rows for normalised turns: "speaker: text", per-turn metadata and event times."""
+    ingest.check_unicode(session, "session_id")
+    if metadata:
+        try:
+            json.dumps(dict(metadata), ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except (TypeError, ValueError, UnicodeEncodeError, RecursionError) as exc:
+            raise ValueError(f"metadata must be JSON-serialisable text: {exc}") from None
     rows = []
     for i, (speaker, t, extra) in enumerate(turns):
         text = t if speaker is None or t.startswith(f"{speaker}:") else f"{speaker}: {t}"

@@ -205,9 +205,12 @@ def test_search_credits_pairs_returned_together(tmp_path):
         hits = mem.search("kafka lag", top_k=3, user_id="u")
         assert len(hits) >= 2
         nids = [_nid(mem, h.id) for h in hits]
+        assert mem._store.cooccurrence_row(nids[0], nids[1]) is None  # queued: a search never writes
+        mem.flush()
         row = mem._store.cooccurrence_row(nids[0], nids[1])
         assert row is not None and row[2] == pytest.approx(0.2)
         mem.search("kafka lag", top_k=3, user_id="u")
+        mem.flush()
         assert mem._store.cooccurrence_row(nids[0], nids[1])[2] == pytest.approx(0.25)
 
 

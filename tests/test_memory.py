@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from causalmem import Memory, SchemaVersionError, StoreError
+from causalmem.store import SCHEMA_VERSION
 from causalmem.graph import CausalGraph
 from causalmem.projection import build_graph
 
@@ -111,12 +112,18 @@ def test_confidence_by_source_and_polarity_rule(db_path):
         assert mem.record_decision("a9", "it rained", polarity="neutral").polarity == "neutral"
 
 
-def test_contradiction_fast_path_retires_older_failure(db_path):
+def test_contradiction_fast_path_annotates_older_failure(db_path):
+    """Issue 9: the write-time fast path annotates (superseded_by) and leaves retirement to sleep."""
     with Memory(db_path, embedder=None) as mem:
         old = mem.record_decision("restart the worker pool", "jobs failed with timeout errors")
         new = mem.record_decision("restart the worker pool", "jobs resolved and passed")
         old_now = mem.get_edge(old.id)
-        assert not old_now.valid and old_now.superseded_by == new.id
+        assert old_now.valid and old_now.superseded_by == new.id
+        acts = {a.text: a for a in mem.search_causal("restart the worker pool")}
+        assert set(acts) == {"jobs resolved and passed", "jobs failed with timeout errors"}
+        assert acts["jobs failed with timeout errors"].superseded_by == mem.get_edge(new.id).dst
+        mem.sleep(action="retire")  # the judge retires it
+        assert not mem.get_edge(old.id).valid
         assert [a.text for a in mem.search_causal("restart the worker pool")] == ["jobs resolved and passed"]
         # a prevented edge is not a "success" of the decision: nothing retired
         e = mem.record_decision("ship friday", "weekend outage")
@@ -271,7 +278,7 @@ def test_future_schema_version_is_refused_and_untouched(db_path):
 def test_migrations_are_idempotent(db_path):
     for _ in range(3):
         with Memory(db_path, embedder=None) as mem:
-            assert mem.stats()["schema_version"] == 1
+            assert mem.stats()["schema_version"] == SCHEMA_VERSION
     con = sqlite3.connect(db_path)
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     con.close()

@@ -201,7 +201,12 @@ def test_scope_isolation_even_with_cross_user_links(data):
                                              st.sampled_from(["caused", "enabled", "fact", "co_occurrence",
                                                               "similar_to", "prevented"])), max_size=12))
         for s_, d_, rel in links:
-            if s_ != d_:
+            if s_ == d_:
+                continue
+            if owner[s_] != owner[d_]:  # issue 9: scope is a wall, a cross-user link is refused
+                with pytest.raises(ValueError, match="scope"):
+                    mem.link(s_, d_, rel)
+            else:
                 mem.link(s_, d_, rel)
         queries = data.draw(st.lists(text, min_size=1, max_size=4))
         for q in queries:

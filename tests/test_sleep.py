@@ -54,8 +54,10 @@ def _seed(mem):
                                        polarity="positive", task_tag="db")
     out["dup_weak"] = mem.record_decision("bumped the worker count", "throughput doubled", confidence=0.6,
                                           source="rule", polarity="positive", task_tag="perf")
-    out["dup_strong"] = mem.record_decision("bumped the worker count", "throughput doubled", confidence=0.9,
-                                            source="rule", polarity="positive", task_tag="perf")
+    # record_decision folds repeated evidence into one edge; an explicit link can still add a
+    # parallel edge (as can files written before repeated evidence was merged): sleep merges them
+    out["dup_strong"] = mem.link(out["dup_weak"].src, out["dup_weak"].dst, "caused", confidence=0.9,
+                                 source="rule", polarity="positive", task_tag="perf")
     out["pay"] = mem.record_decision(PAY, "orders were lost during the restart", task_tag="payments",
                                      polarity="negative", confidence=0.4)
     out["bill"] = mem.record_decision(BILL, "invoices were lost during the restart", task_tag="billing",

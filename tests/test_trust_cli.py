@@ -61,7 +61,8 @@ def test_user_id_is_honoured_by_every_query_command(tmp_path):
                 ["trace", "bob outcome"]):
         r = _cli("--db", db, *cmd, "--user-id", "alice")
         assert r.returncode == 0, r.stderr
-        assert "bob" not in r.stdout, (cmd, r.stdout)
+        body = r.stdout.split("\n", 1)[1]  # the first line echoes the query
+        assert "bob" not in body, (cmd, r.stdout)
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, list[str]]:

@@ -75,19 +75,23 @@ def test_unscoped_search_credits_pairs_only_within_a_scope(db_path):
     with Memory(db_path, embedder=None) as m:
         m.record_decision("migrate the billing database", "invoices delayed", user_id="alice")
         m.record_decision("billing database vacuum", "bob secret payroll leaked", user_id="bob")
-        before = [(a.text, a.energy) for a in m.search_causal("migrate the billing database", user_id="alice")]
         for _ in range(5):
             hits = m.search("billing database")  # unscoped, reinforce=True by default
             assert {h.user_id for h in hits} == {"alice", "bob"}
-        m.close()
-        assert _cross_scope_links(db_path) == []
+    assert _cross_scope_links(db_path) == []
     with Memory(db_path, embedder=None) as m:
         m.sleep()
+        assert _cross_scope_links(db_path) == []
+        before = [(a.text, a.energy) for a in m.search_causal("migrate the billing database", user_id="alice")]
+        assert before and all(a[0] != "bob secret payroll leaked" for a in before)
+        # bob's edits do not change alice's answers
+        bob = m.record_decision("billing database vacuum", "bob second outcome", user_id="bob")
+        m.feedback(bob.src, 1.0)
+        m.delete(bob.dst)
+        m.search("billing database vacuum")
+        m.flush()
         after = [(a.text, a.energy) for a in m.search_causal("migrate the billing database", user_id="alice")]
         assert after == before
-        # bob's edits do not change alice's answers
-        m.record_decision("billing database vacuum", "bob second outcome", user_id="bob")
-        assert [(a.text, a.energy) for a in m.search_causal("migrate the billing database", user_id="alice")] == before
 
 
 # ---------------------------------------------------------------------------------------------

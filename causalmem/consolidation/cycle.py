@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,7 @@ from .. import learning
 from ..config import Config
 from ..judges import RuleJudge
 from ..store.base import POLARITY_CODES, SOURCE_CODES, SUBTYPE_CODES, StoreBackend
-from ..types import Relation, SleepReport
+from ..types import CLOCK_AHEAD, Relation, SleepReport
 from .mining import Docs, decision_docs, linked_pairs, mine, token_diversity, unique
 from .report import _Progress, _Timer, make_report
 from .supersession import JudgePlan, ask_judge, plan_judging, run_judge, still_current, supersession_pairs
@@ -92,7 +93,8 @@ def check_sleep_args(*, now: Any, judge: Any, min_diversity: Any, action: Any, l
     return judge
 
 
-def plan_slow_judging(store: StoreBackend, judge: Any, *, min_diversity: float = 0.0) -> JudgePlan | None:
+def plan_slow_judging(store: StoreBackend, judge: Any, *, min_diversity: float = 0.0,
+                      retire: bool = False) -> JudgePlan | None:
     """For a judge without a cheap pre-filter (an LLM): the pairs to ask it about, read from ``store``.
 
     ``None`` when the judge is cheap (it is asked inside the transaction) or the novelty gate will
@@ -105,7 +107,7 @@ def plan_slow_judging(store: StoreBackend, judge: Any, *, min_diversity: float =
         return None
     ex = store.sleep_edge_arrays(relations=("caused", "enabled"))
     ch = store.sleep_chunk_arrays()
-    return plan_judging(store, judge, supersession_pairs(ex, _alive_lookup(ch, ex), None), ex,
+    return plan_judging(store, judge, supersession_pairs(ex, _alive_lookup(ch, ex), None, retire=retire), ex,
                         limit=MAX_JUDGE_CALLS)
 
 
@@ -141,7 +143,7 @@ def sleep(store: StoreBackend, *, config: Config, now: float, dry_run: bool = Fa
         timer.elapsed["judge"] = float(early_verdicts.get("seconds", 0.0))
     elif prefilter is None:  # slow judge (LLM): consult it before taking the write lock
         timer.start("judge")
-        plan = plan_slow_judging(store, judge) or JudgePlan()
+        plan = plan_slow_judging(store, judge, retire=action == "retire") or JudgePlan()
         early_verdicts = ask_judge(judge, plan, budget=llm_budget)
         timer.stop()
 
@@ -167,10 +169,26 @@ def _alive_lookup(chunks: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return alive
 
 
+def _last_sleep(store: StoreBackend) -> float:
+    """The previous cycle's time; a stored value in the future (written by an older version from
+    a millisecond clock, say) is ignored with a warning instead of switching decay off."""
+    raw = store.get_meta(LAST_SLEEP_KEY)
+    if raw is None:
+        return -math.inf
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value > time.time() + CLOCK_AHEAD:
+        log.warning("causalmem: ignoring an impossible stored last_sleep_at (%r): decaying from each edge's "
+                    "discovery time instead", raw)
+        return -math.inf
+    return value
+
+
 def _cycle(store: StoreBackend, *, config: Config, now: float, judge, prefilter, action: str, early, timer: _Timer,
            counts: dict[str, Any]) -> dict[str, Any]:
-    last_raw = store.get_meta(LAST_SLEEP_KEY)
-    last_sleep = float(last_raw) if last_raw is not None else -math.inf
+    last_sleep = _last_sleep(store)
 
     timer.start("load")
     edges = store.sleep_edge_arrays()
@@ -222,7 +240,7 @@ def _cycle(store: StoreBackend, *, config: Config, now: float, judge, prefilter,
     timer.start("supersession")
     if early is None:
         vedges = edges[valid]
-        early = run_judge(store, judge, supersession_pairs(vedges, alive, prefilter), vedges,
+        early = run_judge(store, judge, supersession_pairs(vedges, alive, prefilter, retire=action == "retire"), vedges,
                           limit=None if prefilter is not None else MAX_JUDGE_CALLS)
     else:  # asked before this transaction: apply only where the edges are still as they were
         early = still_current(early, edges, valid)
@@ -367,7 +385,9 @@ def _cycle(store: StoreBackend, *, config: Config, now: float, judge, prefilter,
     counts["rem_links"] = mine(store, decisions_docs, linked, now, kind="rem")
     timer.stop()
 
-    store.set_meta(LAST_SLEEP_KEY, repr(max(now, last_sleep)))  # a clock set back never re-decays a period
+    # a clock set back never re-decays a period; a clock running ahead never stores a future time
+    # (that would switch decay off until the wall clock caught up)
+    store.set_meta(LAST_SLEEP_KEY, repr(min(max(now, last_sleep), time.time())))
     summary = {k: v for k, v in counts.items()}
     summary["now"] = now
     store.set_meta(LAST_REPORT_KEY, json.dumps(summary, sort_keys=True))

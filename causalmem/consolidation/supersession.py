@@ -24,8 +24,13 @@ _R_CAUSED = Relation.CAUSED.code
 _R_ENABLED = Relation.ENABLED.code
 
 
-def supersession_pairs(edges: np.ndarray, alive: np.ndarray, prefilter: Callable | None) -> np.ndarray:
-    """(old_row, new_row) index pairs into ``edges`` for stage 1.7 (a)."""
+def supersession_pairs(edges: np.ndarray, alive: np.ndarray, prefilter: Callable | None, *,
+                       retire: bool = False) -> np.ndarray:
+    """(old_row, new_row) index pairs into ``edges`` for stage 1.7 (a).
+
+    Edges already annotated ``superseded_by`` (by the write-time fast path, or an earlier
+    annotate cycle) are judged again only when the cycle may ``retire``: the write path never
+    retires on its own, retirement is the judge's call."""
     exc = np.flatnonzero(((edges["rel"] == _R_CAUSED) | (edges["rel"] == _R_ENABLED))
                          & alive[edges["src"]] & alive[edges["dst"]])
     if len(exc) < 2:
@@ -38,7 +43,7 @@ def supersession_pairs(edges: np.ndarray, alive: np.ndarray, prefilter: Callable
     last_of_group[:-1] = src[1:] != src[:-1]
     group_id = np.cumsum(np.r_[True, src[1:] != src[:-1]]) - 1
     newest = s[np.flatnonzero(last_of_group)][group_id]
-    cand = (s != newest) & (edges["dst"][s] != edges["dst"][newest]) & (edges["sup"][s] == 0)
+    cand = (s != newest) & (edges["dst"][s] != edges["dst"][newest]) & ((edges["sup"][s] == 0) | retire)
     old, new = s[cand], newest[cand]
     if prefilter is not None and len(old):
         table = np.zeros((8, 8), dtype=bool)

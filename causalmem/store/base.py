@@ -32,10 +32,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "StoreBackend", "ChunkRow", "EdgeRow", "ChunkKey", "ChunkColumns", "FactRow", "HistoryRow",
-    "CooccurrenceRow", "EmbeddingRow", "StoredVector", "OutEdge", "ChainEdge", "PathEdge",
+    "CooccurrenceRow", "EmbeddingRow", "StoredVector", "OutEdge", "EvidenceEdge", "ChainEdge", "PathEdge",
     "CooccurrencePair", "JudgeEdgeRow", "MiningChunkRow", "TaggedEdgeRow", "EDGE_DTYPE", "CHUNK_DTYPE",
     "COOC_DTYPE", "PROJECTION_EDGE_DTYPE", "PROJECTION_CO_DTYPE", "SOURCE_CODES", "POLARITY_CODES",
-    "POLARITY_NAMES", "SUBTYPE_CODES", "BATCH", "text_hash", "new_id", "new_ids", "batched",
+    "POLARITY_NAMES", "SUBTYPE_CODES", "BATCH", "text_hash", "new_id", "new_ids", "batched", "check_path",
 ]
 
 
@@ -89,13 +89,16 @@ class EdgeRow(NamedTuple):
     invalid_reason: str | None
     src: int
     dst: int
+    polarity_origin: str | None = None
+    evidence: int = 1
 
     def to_edge(self) -> Edge:
         return Edge(
             id=self.id, src=self.src_id, dst=self.dst_id, relation=self.relation, confidence=self.confidence,
             source=self.source, polarity=self.polarity, task_tag=self.task_tag, event_time=self.event_time,
             valid=self.valid_to is None, superseded_by=self.superseded_by, discovered_at=self.discovered_at,
-            subtype=self.subtype, invalid_reason=self.invalid_reason,
+            subtype=self.subtype, invalid_reason=self.invalid_reason, polarity_origin=self.polarity_origin,
+            evidence=self.evidence,
         )
 
 
@@ -168,6 +171,21 @@ class OutEdge(NamedTuple):
     eid: int
     id: str
     dst: int
+
+
+class EvidenceEdge(NamedTuple):
+    """A valid edge as repeated evidence updates it."""
+
+    eid: int
+    id: str
+    src: int
+    dst: int
+    relation: str
+    subtype: str | None
+    confidence: float
+    evidence: int
+    polarity: str | None
+    polarity_origin: str | None
 
 
 class ChainEdge(NamedTuple):
@@ -260,13 +278,19 @@ class StoreBackend(Protocol):
     """
 
     path: str
+    #: opened read-only: reads work, ``transaction()`` raises ``StoreError``
+    read_only: bool
 
     # -- lifecycle, transactions, versions ------------------------------------------------
     def close(self) -> None:
         """Close the connection; later calls raise ``StoreError``."""
 
-    def transaction(self) -> ContextManager[Any]:
-        """One write transaction; nested calls are savepoints; an exception rolls back."""
+    def errors(self) -> ContextManager[None]:
+        """Backend errors raised inside become a ``StoreError`` naming the database."""
+
+    def transaction(self, *, wait: bool = True) -> ContextManager[Any]:
+        """One write transaction; nested calls are savepoints; an exception rolls back. The write
+        lock is waited for at most the busy timeout (``wait=False``: not at all), then ``StoreError``."""
 
     @property
     def in_transaction(self) -> bool:
@@ -312,9 +336,11 @@ class StoreBackend(Protocol):
                              hashes: dict[str, int] | None = None) -> dict[tuple[str, tuple], ChunkKey]:
         """Bulk ``find_reusable_chunk`` over (text, scope) keys; ``hashes`` is filled text -> text_hash."""
 
-    def chunk_nids(self, *, filters: Mapping[str, str | None], limit: int | None = None) -> list[int]:
-        """Live chunks whose columns equal ``filters`` (keys user_id, agent_id, run_id, session_id, kind;
-        a ``None`` value = the column is NULL), ascending nid, at most ``limit``."""
+    def chunk_nids(self, *, filters: Mapping[str, str | None], limit: int | None = None,
+                   live_only: bool = True) -> list[int]:
+        """Live (``live_only=False``: also deleted) chunks whose columns equal ``filters`` (keys user_id,
+        agent_id, run_id, session_id, kind; a ``None`` value = the column is NULL), ascending nid, at most
+        ``limit``."""
 
     def chunk_columns(self, *, with_text: bool = True, batch: int = 50000) -> Iterator[ChunkColumns]:
         """Every chunk (deleted ones with alive 0) in ascending nid, in column batches."""
@@ -387,6 +413,9 @@ class StoreBackend(Protocol):
                   direction: str = "both") -> list[EdgeRow]:
         """Edges (of chunk ``nid`` if given: direction out / in / both), ascending eid."""
 
+    def edge_rows_by_ids(self, edge_ids: Sequence[str]) -> list[EdgeRow]:
+        """The edges with these public ids (any order)."""
+
     def edge_ids(self, eids: Sequence[int]) -> dict[int, str]: ...
 
     def edge_judge_rows(self, eids: Sequence[int]) -> dict[int, JudgeEdgeRow]: ...
@@ -424,12 +453,12 @@ class StoreBackend(Protocol):
     # -- edges: writes ------------------------------------------------------------------------
     def insert_edge(self, *, src: int, dst: int, relation: "Relation", subtype: str | None, confidence: float,
                     source: str, polarity: str | None, task_tag: str | None, event_time: float | None,
-                    discovered_at: float) -> tuple[int, str]:
-        """Returns (eid, id)."""
+                    discovered_at: float, polarity_origin: str | None = None) -> tuple[int, str]:
+        """Returns (eid, id). ``polarity_origin`` given/guessed/unknown (default: given if a polarity)."""
 
     def insert_edges_bulk(self, rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, str]]:
         """Insert edges with consecutive eids. Row keys: src, dst, relation (``Relation``), confidence,
-        source, discovered_at and optionally subtype, polarity, task_tag, event_time."""
+        source, discovered_at and optionally subtype, polarity, polarity_origin, task_tag, event_time."""
 
     def set_edge_invalid(self, eid: int, now: float, reason: str | None,
                          superseded_by: str | None = None) -> None: ...
@@ -498,6 +527,36 @@ class StoreBackend(Protocol):
 
     def remember_judged(self, keys: Iterable[str], verdict: str = "decided") -> None: ...
 
+    # -- repeated evidence --------------------------------------------------------------------------
+    def valid_edges_for_pairs(self, keys: Sequence[tuple[int, int, str, str | None]]) -> dict[tuple, EvidenceEdge]:
+        """(src, dst, relation, subtype) -> the oldest valid edge with exactly those, for the keys given."""
+
+    def add_edge_evidence(self, rows: Iterable[tuple[float, int, str | None, str | None, int]]) -> None:
+        """rows of (new confidence, evidence to add, polarity or None = keep, polarity_origin, eid)."""
+
+    # -- purge, export, import, scoped counts ------------------------------------------------------
+    def purge_chunks(self, nids: Sequence[int]) -> int:
+        """Delete the chunks and everything derived from them from every table, freed bytes zeroed;
+        integer keys are never handed out again. In the caller's transaction; returns how many."""
+
+    def compact(self) -> bool:
+        """Rewrite the file so deleted bytes leave the disk (outside transactions); False if another
+        connection prevented emptying the write-ahead log."""
+
+    def export_records(self, *, vectors: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every row as (type, record) with public ids (meta, chunk, history, edge, cooccurrence,
+        fact[, embedding]), in key order, from one consistent snapshot."""
+
+    def existing_ids(self, ids: Sequence[str], kind: str) -> set[str]:
+        """Which of the chunk (``kind='chunk'``) or edge ids exist already."""
+
+    def import_records(self, records: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, int]:
+        """Insert checked dump records in the caller's transaction (keys after the current ones, in
+        dump order); returns counts by type."""
+
+    def scoped_counts(self, filters: Mapping[str, str | None]) -> dict[str, int]:
+        """``counts()`` of the chunks whose user_id/agent_id/run_id equal ``filters``."""
+
 
 # ---------------------------------------------------------------------------------- shared helpers
 #: ids per ``IN (...)`` list: below SQLite's default limit of 999 host parameters
@@ -537,3 +596,18 @@ def new_ids(n: int) -> list[str]:
 
 def new_id() -> str:
     return new_ids(1)[0]
+
+
+def check_path(path: Any) -> str:
+    """A database path as a string: ``TypeError`` for anything that is not a path (``None``, ``5``,
+    bytes), ``ValueError`` for an empty one; never a file named ``None``."""
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a file path (str or os.PathLike) or ':memory:', got {type(path).__name__}")
+    p = os.fspath(path)
+    if not isinstance(p, str):
+        raise TypeError(f"path must be a text path, got {type(p).__name__}")
+    if not p.strip():
+        raise ValueError("path must be a non-empty file path or ':memory:'")
+    if "\x00" in p:
+        raise ValueError("path must not contain NUL characters")
+    return p

@@ -28,15 +28,18 @@ from ..types import Relation
 from .base import (
     CHUNK_DTYPE, COOC_DTYPE, EDGE_DTYPE, POLARITY_CODES, PROJECTION_CO_DTYPE, PROJECTION_EDGE_DTYPE, SOURCE_CODES,
     SUBTYPE_CODES, ChainEdge, ChunkColumns, ChunkKey, ChunkRow, CooccurrencePair, CooccurrenceRow, EdgeRow,
-    EmbeddingRow, FactRow, HistoryRow, JudgeEdgeRow, MiningChunkRow, OutEdge, PathEdge, StoredVector, TaggedEdgeRow,
-    batched, new_id, new_ids, text_hash,
+    EmbeddingRow, EvidenceEdge, FactRow, HistoryRow, JudgeEdgeRow, MiningChunkRow, OutEdge, PathEdge, StoredVector,
+    TaggedEdgeRow, batched, check_path, new_id, new_ids, text_hash,
 )
 
 log = logging.getLogger("causalmem")
 
 R = TypeVar("R")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: PRAGMA application_id of a causalmem database ("CMem"): a file carrying another id, or
+#: holding tables of its own without ours, belongs to another application and is refused.
+APPLICATION_ID = 0x434D656D
 
 # Ordered, idempotent migrations: MIGRATIONS[i] brings user_version i -> i+1.
 # edges.access_count / edges.last_accessed_at are retired: never written and never read (access is
@@ -134,7 +137,18 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "polarity origin, evidence count, edge pair index",
+        """
+        ALTER TABLE edges ADD COLUMN polarity_origin TEXT;
+        ALTER TABLE edges ADD COLUMN evidence INTEGER NOT NULL DEFAULT 1;
+        UPDATE edges SET polarity_origin = CASE WHEN polarity IS NULL THEN 'unknown' ELSE 'guessed' END;
+        CREATE INDEX IF NOT EXISTS edges_pair ON edges(src, dst, relation);
+        """,
+    ),
 ]
+#: the tables a causalmem database may hold (a file with any other table is someone else's)
+OWN_TABLES = frozenset({"chunks", "edges", "cooccurrence", "facts", "embeddings", "chunk_history", "meta"})
 assert len(MIGRATIONS) == SCHEMA_VERSION
 assert len(Relation) <= 8, "projection_arrays packs the relation code into 3 bits"
 
@@ -144,7 +158,8 @@ CHUNK_COLS = (
 )
 EDGE_COLS = (
     "e.eid, e.id, s.id, d.id, e.relation, e.confidence, e.source, e.polarity, e.task_tag, "
-    "e.event_time, e.valid_to, e.superseded_by, e.discovered_at, e.subtype, e.invalid_reason, e.src, e.dst"
+    "e.event_time, e.valid_to, e.superseded_by, e.discovered_at, e.subtype, e.invalid_reason, e.src, e.dst, "
+    "e.polarity_origin, e.evidence"
 )
 EDGE_FROM = "edges e JOIN chunks s ON s.nid = e.src JOIN chunks d ON d.nid = e.dst"
 _CHUNK_FILTERS = ("user_id", "agent_id", "run_id", "session_id", "kind")
@@ -163,54 +178,90 @@ _SLEEP_EDGE_SELECT = (
 
 
 class SQLiteStore:
-    """One SQLite connection with nested transactions (savepoints) and schema migrations."""
+    """One SQLite connection with nested transactions (savepoints) and schema migrations.
 
-    def __init__(self, path: str | os.PathLike[str] = ":memory:", *, busy_timeout_ms: int = 30000):
-        self.path = str(path)
+    Opening never writes to a file that is already a current causalmem database (no write lock
+    taken, so an open never waits on another process's writer); a file that belongs to another
+    application is refused before anything in it changes. ``read_only=True`` opens the file
+    with SQLite's ``mode=ro``: every read works, every write raises ``StoreError``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] = ":memory:", *, busy_timeout_ms: int = 30000,
+                 read_only: bool = False):
+        self.path = check_path(path)
+        self.read_only = bool(read_only)
+        self.busy_timeout_ms = int(busy_timeout_ms)
         self._lock = threading.RLock()
         self._depth = 0
         self._closed = False
-        if self.path != ":memory:":
+        memory = self.path == ":memory:"
+        exists = not memory and Path(self.path).exists()
+        if not memory:
             p = Path(self.path)
-            if p.exists() and p.is_dir():
+            if exists and p.is_dir():
                 raise StoreError(f"path {self.path!r} is a directory, expected a database file")
-            try:
-                p.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StoreError(f"cannot create the directory for {self.path!r}: {exc}") from exc
-            if p.exists():
+            if self.read_only and not exists:
+                raise StoreError(f"no database at {self.path!r} (read-only open creates nothing)")
+            if not exists:
+                try:
+                    p.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise StoreError(f"cannot create the directory for {self.path!r}: {exc}") from exc
+            if exists:
                 _check_sqlite_header(p)
         try:
-            self.conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
-            )
+            if self.read_only and not memory:
+                self.conn = sqlite3.connect(f"{Path(self.path).resolve().as_uri()}?mode=ro", uri=True,
+                                            isolation_level=None, check_same_thread=False,
+                                            timeout=self.busy_timeout_ms / 1000)
+            else:
+                self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                            timeout=self.busy_timeout_ms / 1000)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open database {self.path!r}: {exc}") from exc
         try:
-            self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            self._check_version_before_write()
-            if self.path != ":memory:":
-                self._retrying(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
-            self.conn.execute("PRAGMA synchronous = NORMAL")
+            self.conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+            needs_upgrade = self._inspect()  # reads only: refuses foreign and newer files untouched
             self.conn.execute("PRAGMA foreign_keys = ON")
             self.conn.execute("PRAGMA temp_store = MEMORY")
             self.conn.execute("PRAGMA cache_size = -65536")
-            self._migrate()
-        except sqlite3.DatabaseError as exc:
+            if not self.read_only:
+                self.conn.execute("PRAGMA synchronous = NORMAL")
+                if not memory and self.conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    self._write_retrying(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
+                if needs_upgrade:
+                    self._migrate()
+            elif needs_upgrade:
+                raise StoreError(f"database {self.path!r} has an older schema that needs an upgrade; open it once "
+                                 "without read_only=True")
+        except sqlite3.Error as exc:
             self.conn.close()
-            raise StoreError(f"{self.path!r} is not a usable SQLite database: {exc}") from exc
+            raise self._store_error(exc, "open") from exc
         except Exception:
             self.conn.close()
             raise
 
     # ------------------------------------------------------------------ plumbing
-    def _check_version_before_write(self) -> None:
+    def _inspect(self) -> bool:
+        """Whether the file needs a migration. Refuses (``StoreError``/``SchemaVersionError``), without
+        writing a byte, a file of another application or of a newer schema."""
+        app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
         version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in self.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+        if app_id not in (0, APPLICATION_ID):
+            raise StoreError(f"{self.path!r} belongs to another application (PRAGMA application_id = {app_id}); "
+                             "refusing to open it as a causalmem database. The file was not modified.")
+        if app_id == 0 and tables and not ("chunks" in tables and version >= 1 and tables <= OWN_TABLES):
+            other = ", ".join(sorted(tables - OWN_TABLES)[:5]) or ", ".join(sorted(tables)[:5])
+            raise StoreError(f"{self.path!r} is another application's SQLite database (tables: {other}); "
+                             "refusing to open it as a causalmem database. The file was not modified.")
         if version > SCHEMA_VERSION:
             raise SchemaVersionError(
                 f"database {self.path!r} has schema version {version}, newer than this causalmem "
                 f"understands ({SCHEMA_VERSION}); upgrade causalmem. The file was not modified."
             )
+        return version < SCHEMA_VERSION or app_id != APPLICATION_ID
 
     def _migrate(self) -> None:
         with self.transaction():
@@ -225,39 +276,94 @@ class SQLiteStore:
                 for statement in _split_sql(sql):
                     self.conn.execute(statement)
                 self.conn.execute(f"PRAGMA user_version = {i + 1}")
+            self.conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
 
-    def _retrying(self, fn: Callable[[], R], attempts: int = 50) -> R:
-        """Run ``fn``; retry on 'database is locked' beyond what busy_timeout absorbed."""
+    def _store_error(self, exc: BaseException, doing: str = "") -> StoreError:
+        """A ``StoreError`` naming the file for a raw sqlite3 error."""
+        msg = str(exc)
+        low = msg.lower()
+        where = f" ({doing})" if doing else ""
+        if "locked" in low or "busy" in low:
+            return StoreError(f"database {self.path!r} is locked by another writer{where}; gave up after the busy "
+                              f"timeout of {self.busy_timeout_ms} ms ({msg})")
+        if "readonly" in low or "read-only" in low:
+            return StoreError(f"database {self.path!r} is read-only{where}: cannot write ({msg})")
+        if "full" in low:
+            return StoreError(f"cannot write to {self.path!r}: disk or file-size limit full{where} ({msg}); "
+                              "nothing of this call was saved")
+        if "malformed" in low or "not a database" in low or "corrupt" in low:
+            return StoreError(f"database {self.path!r} is damaged{where}: {msg}. Restore a backup or an export.")
+        if isinstance(exc, sqlite3.Error):
+            return StoreError(f"database {self.path!r}: {msg}{where}")
+        return StoreError(f"database {self.path!r} could not be read{where}: {type(exc).__name__}: {msg}")
+
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        """Raw sqlite3 errors raised inside become a ``StoreError`` naming the file."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise self._store_error(exc) from exc
+
+    def _write_retrying(self, fn: Callable[[], R]) -> R:
+        """Run a statement that needs the write lock; a lock held longer than busy_timeout is a StoreError."""
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            raise self._store_error(exc) from exc
+
+    def _retrying(self, fn: Callable[[], R], attempts: int = 3) -> R:
+        """Run a read; retry briefly on a transient 'locked' (WAL recovery), then a StoreError."""
         delay = 0.01
         for attempt in range(attempts):
             try:
                 return fn()
             except sqlite3.OperationalError as exc:
-                msg = str(exc).lower()
-                if ("locked" not in msg and "busy" not in msg) or attempt == attempts - 1:
-                    raise
+                low = str(exc).lower()
+                if ("locked" not in low and "busy" not in low) or attempt == attempts - 1:
+                    raise self._store_error(exc) from exc
                 time.sleep(delay)
-                delay = min(delay * 2, 0.5)
+                delay *= 4
+            except sqlite3.Error as exc:
+                raise self._store_error(exc) from exc
         raise AssertionError("unreachable")
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; nested calls become savepoints."""
+    def transaction(self, *, wait: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction; nested calls become savepoints.
+
+        The write lock is waited for at most busy_timeout (``wait=False``: not at all), then a
+        ``StoreError`` says the file is locked. Any sqlite3 error inside rolls back and becomes a
+        ``StoreError`` naming the file."""
         with self._lock:
             self._ensure_open()
+            if self.read_only:
+                raise StoreError(f"database {self.path!r} was opened read-only: cannot write")
             if self._depth == 0:
-                self._retrying(lambda: self.conn.execute("BEGIN IMMEDIATE"))
+                if not wait:
+                    self.conn.execute("PRAGMA busy_timeout = 0")
+                try:
+                    self._write_retrying(lambda: self.conn.execute("BEGIN IMMEDIATE"))
+                finally:
+                    if not wait:
+                        self.conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
                 self._depth = 1
                 try:
                     yield self.conn
-                except BaseException:
+                except BaseException as exc:
                     self._depth = 0
-                    self.conn.execute("ROLLBACK")
+                    if self.conn.in_transaction:
+                        try:
+                            self.conn.execute("ROLLBACK")
+                        except sqlite3.Error:  # pragma: no cover - rolled back by SQLite already
+                            pass
+                    if isinstance(exc, sqlite3.Error):
+                        raise self._store_error(exc) from exc
                     raise
                 else:
                     self._depth = 0
                     try:
-                        self._retrying(lambda: self.conn.execute("COMMIT"))
+                        self._write_retrying(lambda: self.conn.execute("COMMIT"))
                     except BaseException:
                         if self.conn.in_transaction:
                             self.conn.execute("ROLLBACK")
@@ -414,8 +520,9 @@ class SQLiteStore:
                 out.setdefault((t, scope), ChunkKey(nid, cid))
         return out
 
-    def chunk_nids(self, *, filters: Mapping[str, str | None], limit: int | None = None) -> list[int]:
-        conds, params = ["valid_to IS NULL"], []
+    def chunk_nids(self, *, filters: Mapping[str, str | None], limit: int | None = None,
+                   live_only: bool = True) -> list[int]:
+        conds, params = ["valid_to IS NULL"] if live_only else ["1"], []
         for k, v in filters.items():
             if k not in _CHUNK_FILTERS:
                 raise ValueError(f"unknown chunk filter {k!r}; allowed: {list(_CHUNK_FILTERS)}")
@@ -510,18 +617,26 @@ class SQLiteStore:
                      metadata: Mapping[str, Any] | None = None, importance: float = 5.0,
                      chunk_id: str | None = None) -> ChunkKey:
         cid = chunk_id or new_id()
-        cur = self.conn.execute(
-            "INSERT INTO chunks (id, text, text_hash, kind, created_at, event_time, q_value, importance, "
-            "user_id, agent_id, run_id, session_id, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (cid, text, text_hash(text), kind, created_at, event_time, q_value, importance, user_id,
+        nid = self._next_key("chunks", "nid")
+        self.conn.execute(
+            "INSERT INTO chunks (nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, "
+            "user_id, agent_id, run_id, session_id, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (nid, cid, text, text_hash(text), kind, created_at, event_time, q_value, importance, user_id,
              agent_id, run_id, session_id, json.dumps(dict(metadata or {}), ensure_ascii=False)),
         )
-        return ChunkKey(int(cur.lastrowid or 0), cid)
+        return ChunkKey(nid, cid)
+
+    def _next_key(self, table: str, column: str) -> int:
+        """The next integer key: above every live row *and* every purged one, so that no in-memory
+        view (here or in another process) ever mistakes a new chunk or edge for a purged one."""
+        top = self.conn.execute(f"SELECT COALESCE(MAX({column}), 0) FROM {table}").fetchone()[0]
+        floor = self.conn.execute("SELECT value FROM meta WHERE key = ?", (f"purged_max_{column}",)).fetchone()
+        return max(int(top), int(floor[0]) if floor else 0) + 1
 
     def insert_chunks_bulk(self, rows: Sequence[Mapping[str, Any]]) -> list[ChunkKey]:
         if not rows:
             return []
-        base = self.conn.execute("SELECT COALESCE(MAX(nid), 0) FROM chunks").fetchone()[0]
+        base = self._next_key("chunks", "nid") - 1
         ids = new_ids(len(rows))
         self.conn.executemany(
             "INSERT INTO chunks (nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, "
@@ -572,6 +687,10 @@ class SQLiteStore:
         self.conn.executemany("UPDATE chunks SET q_value = ? WHERE nid = ?", rows)
 
     # ------------------------------------------------------------------ edges: reads
+    def edge_rows_by_ids(self, edge_ids: Sequence[str]) -> list[EdgeRow]:
+        return [EdgeRow._make(r) for r in self._select_in(f"SELECT {EDGE_COLS} FROM {EDGE_FROM} WHERE e.id IN ({{ids}})",
+                                                          list(edge_ids))]
+
     def edge_row(self, edge_id: str) -> EdgeRow | None:
         rows = self.query(f"SELECT {EDGE_COLS} FROM {EDGE_FROM} WHERE e.id = ?", (edge_id,))
         return EdgeRow._make(rows[0]) if rows else None
@@ -661,6 +780,12 @@ class SQLiteStore:
             "LIMIT 1", (since, since)))
 
     def projection_arrays(self) -> dict[str, Any]:
+        try:
+            return self._projection_arrays()
+        except (TypeError, ValueError) as exc:  # a damaged file yields rows of the wrong shape or count
+            raise self._store_error(exc, "reading the graph") from exc
+
+    def _projection_arrays(self) -> dict[str, Any]:
         with self._lock, self._snapshot():
             max_nid = self.conn.execute("SELECT COALESCE(MAX(nid), 0) FROM chunks").fetchone()[0]
             n_edges = self.conn.execute("SELECT COUNT(*) FROM edges WHERE valid_to IS NULL").fetchone()[0]
@@ -693,33 +818,239 @@ class SQLiteStore:
     # ------------------------------------------------------------------ edges: writes
     def insert_edge(self, *, src: int, dst: int, relation: Relation, subtype: str | None, confidence: float,
                     source: str, polarity: str | None, task_tag: str | None, event_time: float | None,
-                    discovered_at: float) -> tuple[int, str]:
+                    discovered_at: float, polarity_origin: str | None = None) -> tuple[int, str]:
         eid_str = new_id()
-        cur = self.conn.execute(
-            "INSERT INTO edges (id, src, dst, relation, rel_code, subtype, confidence, source, polarity, "
-            "task_tag, event_time, discovered_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (eid_str, src, dst, relation.value, relation.code, subtype, confidence, source, polarity,
-             task_tag, event_time, discovered_at),
+        eid = self._next_key("edges", "eid")
+        self.conn.execute(
+            "INSERT INTO edges (eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, "
+            "polarity_origin, task_tag, event_time, discovered_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (eid, eid_str, src, dst, relation.value, relation.code, subtype, confidence, source, polarity,
+             polarity_origin or ("unknown" if polarity is None else "given"), task_tag, event_time, discovered_at),
         )
-        return int(cur.lastrowid or 0), eid_str
+        return eid, eid_str
 
     def insert_edges_bulk(self, rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, str]]:
         if not rows:
             return []
-        base = self.conn.execute("SELECT COALESCE(MAX(eid), 0) FROM edges").fetchone()[0]
+        base = self._next_key("edges", "eid") - 1
         ids = new_ids(len(rows))
         self.conn.executemany(
             "INSERT INTO edges (eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, "
-            "task_tag, event_time, discovered_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "polarity_origin, task_tag, event_time, discovered_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [(base + 1 + i, ids[i], r["src"], r["dst"], r["relation"].value, r["relation"].code, r.get("subtype"),
-              r["confidence"], r["source"], r.get("polarity"), r.get("task_tag"), r.get("event_time"),
-              r["discovered_at"]) for i, r in enumerate(rows)])
+              r["confidence"], r["source"], r.get("polarity"),
+              r.get("polarity_origin") or ("unknown" if r.get("polarity") is None else "given"),
+              r.get("task_tag"), r.get("event_time"), r["discovered_at"]) for i, r in enumerate(rows)])
         return [(base + 1 + i, ids[i]) for i in range(len(rows))]
 
     def set_edge_invalid(self, eid: int, now: float, reason: str | None, superseded_by: str | None = None) -> None:
         self.conn.execute(
             "UPDATE edges SET valid_to = ?, invalid_reason = ?, superseded_by = COALESCE(?, superseded_by) "
             "WHERE eid = ?", (now, reason, superseded_by, eid))
+
+    # ------------------------------------------------------------------ repeated evidence
+    def valid_edges_for_pairs(self, keys: Sequence[tuple[int, int, str, str | None]]) -> dict[tuple, EvidenceEdge]:
+        """(src, dst, relation, subtype) -> the oldest valid edge with exactly those, for the keys given."""
+        out: dict[tuple, EvidenceEdge] = {}
+        wanted = set(keys)
+        srcs = sorted({k[0] for k in wanted})
+        for row in self._select_in(
+                "SELECT eid, id, src, dst, relation, subtype, confidence, evidence, polarity, polarity_origin "
+                "FROM edges WHERE src IN ({ids}) AND valid_to IS NULL ORDER BY eid", srcs):
+            e = EvidenceEdge._make(row)
+            key = (e.src, e.dst, e.relation, e.subtype)
+            if key in wanted:
+                out.setdefault(key, e)
+        return out
+
+    def add_edge_evidence(self, rows: Iterable[tuple[float, int, str | None, str | None, int]]) -> None:
+        """rows of (confidence, added evidence, polarity, polarity_origin, eid); a ``None`` polarity
+        keeps the stored one."""
+        self.conn.executemany(
+            "UPDATE edges SET confidence = ?, evidence = evidence + ?, "
+            "polarity = COALESCE(?, polarity), polarity_origin = COALESCE(?, polarity_origin) WHERE eid = ?",
+            [(c, n, p, o if p is not None else None, e) for c, n, p, o, e in rows])
+
+    # ------------------------------------------------------------------ purge (right to be forgotten)
+    def purge_chunks(self, nids: Sequence[int]) -> int:
+        """Delete the chunks and everything derived from them: edges touching them (and the
+        supersession notes and judged pairs that name those edges), co-occurrence pairs, facts,
+        vectors, history. Runs in the caller's transaction with ``secure_delete`` on, so the freed
+        bytes are zeroed; ``compact()`` afterwards rewrites the file. Returns how many chunks."""
+        ids = sorted({int(n) for n in nids})
+        if not ids:
+            return 0
+        self.conn.execute("PRAGMA secure_delete = ON")
+        top_nid = self.conn.execute("SELECT COALESCE(MAX(nid), 0) FROM chunks").fetchone()[0]
+        top_eid = self.conn.execute("SELECT COALESCE(MAX(eid), 0) FROM edges").fetchone()[0]
+        for key, top in (("purged_max_nid", top_nid), ("purged_max_eid", top_eid)):
+            self.conn.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+                "value = MAX(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))", (key, str(int(top))))
+        edge_ids: list[str] = []
+        for part in batched(ids):
+            q = ",".join("?" * len(part))
+            edge_ids += [r[0] for r in self.conn.execute(
+                f"SELECT id FROM edges WHERE src IN ({q}) OR dst IN ({q})", part + part)]
+        for part in batched(edge_ids):
+            q = ",".join("?" * len(part))
+            self.conn.execute(f"UPDATE edges SET superseded_by = NULL WHERE superseded_by IN ({q})", part)
+        for eid in edge_ids:
+            self.conn.execute("DELETE FROM meta WHERE key LIKE ?", (f"judged:%{eid}%",))
+        n = 0
+        for part in batched(ids):
+            q = ",".join("?" * len(part))
+            self.conn.execute(f"DELETE FROM edges WHERE src IN ({q}) OR dst IN ({q})", part + part)
+            self.conn.execute(f"DELETE FROM cooccurrence WHERE a IN ({q}) OR b IN ({q})", part + part)
+            self.conn.execute(f"DELETE FROM facts WHERE nid IN ({q})", part)
+            self.conn.execute(f"DELETE FROM embeddings WHERE nid IN ({q})", part)
+            self.conn.execute(f"DELETE FROM chunk_history WHERE nid IN ({q})", part)
+            n += self.conn.execute(f"DELETE FROM chunks WHERE nid IN ({q})", part).rowcount
+        return n
+
+    def compact(self) -> bool:
+        """Rewrite the file without free pages (``VACUUM``) and empty the WAL, so deleted bytes leave
+        the disk. Outside any transaction. False if another connection kept the WAL in use."""
+        with self._lock:
+            self._ensure_open()
+            if self._depth:
+                raise RuntimeError("compact() cannot run inside a transaction")
+            try:
+                self.conn.execute("PRAGMA secure_delete = ON")
+                self.conn.execute("VACUUM")
+                busy, _log, _done = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.Error as exc:
+                raise self._store_error(exc, "compacting after a purge") from exc
+            finally:
+                self.conn.execute("PRAGMA secure_delete = OFF")
+            return not busy
+
+    # ------------------------------------------------------------------ export / import
+    def export_records(self, *, vectors: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every row of the memory as (type, record) with public ids instead of integer keys, in
+        key order, from one consistent snapshot (see ``portable``)."""
+        with self._lock, self._snapshot():
+            for key, value in self.conn.execute("SELECT key, value FROM meta ORDER BY key").fetchall():
+                if not key.startswith("purged_max_"):
+                    yield "meta", {"key": key, "value": value}
+            cur = self.conn.execute(f"SELECT {CHUNK_COLS} FROM chunks ORDER BY nid")
+            for r in iter(lambda: cur.fetchmany(5000), []):
+                for row in r:
+                    c = ChunkRow._make(row)
+                    yield "chunk", {
+                        "id": c.id, "text": c.text, "kind": c.kind, "q_value": c.q_value, "importance": c.importance,
+                        "created_at": c.created_at, "event_time": c.event_time, "user_id": c.user_id,
+                        "agent_id": c.agent_id, "run_id": c.run_id, "session_id": c.session_id,
+                        "metadata": json.loads(c.metadata) if c.metadata else {}, "access_count": c.access_count,
+                        "last_accessed_at": c.last_accessed_at, "valid_to": c.valid_to}
+            cur = self.conn.execute(
+                "SELECT c.id, h.event, h.old_text, h.new_text, h.at FROM chunk_history h JOIN chunks c ON c.nid = h.nid "
+                "ORDER BY h.hid")
+            for r in iter(lambda: cur.fetchmany(5000), []):
+                for cid, event, old, new, at in r:
+                    yield "history", {"chunk": cid, "event": event, "old_text": old, "new_text": new, "at": at}
+            cur = self.conn.execute(
+                "SELECT e.id, s.id, d.id, e.relation, e.subtype, e.confidence, e.source, e.polarity, "
+                "e.polarity_origin, e.evidence, e.task_tag, e.event_time, e.discovered_at, e.valid_to, "
+                "e.invalid_reason, e.superseded_by, e.access_count, e.last_accessed_at FROM " + EDGE_FROM
+                + " ORDER BY e.eid")
+            keys = ("id", "src", "dst", "relation", "subtype", "confidence", "source", "polarity", "polarity_origin",
+                    "evidence", "task_tag", "event_time", "discovered_at", "valid_to", "invalid_reason",
+                    "superseded_by", "access_count", "last_accessed_at")
+            for r in iter(lambda: cur.fetchmany(5000), []):
+                for row in r:
+                    yield "edge", dict(zip(keys, row))
+            cur = self.conn.execute(
+                "SELECT ca.id, cb.id, o.weight, o.hits, o.updated_at FROM cooccurrence o "
+                "JOIN chunks ca ON ca.nid = o.a JOIN chunks cb ON cb.nid = o.b ORDER BY o.a, o.b")
+            for r in iter(lambda: cur.fetchmany(5000), []):
+                for a, b, w, hits, upd in r:
+                    yield "cooccurrence", {"a": a, "b": b, "weight": w, "hits": hits, "updated_at": upd}
+            cur = self.conn.execute(
+                "SELECT f.key, f.value, c.id, f.user_id, f.agent_id, f.run_id, f.confidence, f.created_at, f.valid_to "
+                "FROM facts f JOIN chunks c ON c.nid = f.nid ORDER BY f.fid")
+            keys = ("key", "value", "chunk", "user_id", "agent_id", "run_id", "confidence", "created_at", "valid_to")
+            for r in iter(lambda: cur.fetchmany(5000), []):
+                for row in r:
+                    yield "fact", dict(zip(keys, row))
+            if vectors:
+                cur = self.conn.execute(
+                    "SELECT c.id, e.model, e.dim, e.text_hash, e.vector FROM embeddings e JOIN chunks c ON c.nid = e.nid "
+                    "ORDER BY e.nid")
+                for r in iter(lambda: cur.fetchmany(2000), []):
+                    for cid, model, dim, th, vec in r:
+                        yield "embedding", {"chunk": cid, "model": model, "dim": dim, "text_hash": th, "vector": vec}
+
+    def existing_ids(self, ids: Sequence[str], kind: str) -> set[str]:
+        """Which of ``ids`` (chunk or edge ids, ``kind`` says which) exist already."""
+        table = {"chunk": "chunks", "edge": "edges"}[kind]
+        return {r[0] for r in self._select_in(f"SELECT id FROM {table} WHERE id IN ({{ids}})", list(ids))}
+
+    def import_records(self, records: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, int]:
+        """Insert checked dump records (``portable.read_dump``) in the caller's transaction; chunk and
+        edge keys are assigned in dump order after the current ones. Returns counts by type."""
+        nid_base = self._next_key("chunks", "nid") - 1
+        nid_of = {c["id"]: nid_base + 1 + i for i, c in enumerate(records.get("chunk", ()))}
+        self.conn.executemany(
+            "INSERT INTO chunks (nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, "
+            "access_count, last_accessed_at, user_id, agent_id, run_id, session_id, metadata, valid_to) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [(nid_of[c["id"]], c["id"], c["text"], text_hash(c["text"]), c["kind"], c["created_at"], c["event_time"],
+              c["q_value"], c["importance"], c["access_count"], c["last_accessed_at"], c["user_id"], c["agent_id"],
+              c["run_id"], c["session_id"], c["metadata"], c["valid_to"]) for c in records.get("chunk", ())])
+        self.conn.executemany(
+            "INSERT INTO chunk_history (nid, event, old_text, new_text, at) VALUES (?,?,?,?,?)",
+            [(nid_of[h["chunk"]], h["event"], h["old_text"], h["new_text"], h["at"]) for h in records.get("history", ())])
+        eid_base = self._next_key("edges", "eid") - 1
+        self.conn.executemany(
+            "INSERT INTO edges (eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, "
+            "polarity_origin, evidence, task_tag, event_time, discovered_at, valid_to, invalid_reason, superseded_by, "
+            "access_count, last_accessed_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [(eid_base + 1 + i, e["id"], nid_of[e["src"]], nid_of[e["dst"]], e["relation"].value, e["relation"].code,
+              e["subtype"], e["confidence"], e["source"], e["polarity"], e["polarity_origin"], e["evidence"],
+              e["task_tag"], e["event_time"], e["discovered_at"], e["valid_to"], e["invalid_reason"],
+              e["superseded_by"], e["access_count"], e["last_accessed_at"])
+             for i, e in enumerate(records.get("edge", ()))])
+        co = []
+        for o in records.get("cooccurrence", ()):
+            a, b = nid_of[o["a"]], nid_of[o["b"]]
+            co.append((min(a, b), max(a, b), o["weight"], o["hits"], o["updated_at"]))
+        self.conn.executemany("INSERT INTO cooccurrence (a, b, weight, hits, updated_at) VALUES (?,?,?,?,?)", co)
+        self.conn.executemany(
+            "INSERT INTO facts (key, value, nid, user_id, agent_id, run_id, confidence, created_at, valid_to) "
+            "VALUES (?,?,?,?,?,?,?,?,?)",
+            [(f["key"], f["value"], nid_of[f["chunk"]], f["user_id"], f["agent_id"], f["run_id"], f["confidence"],
+              f["created_at"], f["valid_to"]) for f in records.get("fact", ())])
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO embeddings (nid, model, dim, text_hash, vector) VALUES (?,?,?,?,?)",
+            [(nid_of[v["chunk"]], v["model"], v["dim"], v["text_hash"], v["vector"])
+             for v in records.get("embedding", ())])
+        self.conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                              [(m["key"], m["value"]) for m in records.get("meta", ())
+                               if not m["key"].startswith("purged_max_")])
+        return {k: len(v) for k, v in records.items()}
+
+    def scoped_counts(self, filters: Mapping[str, str | None]) -> dict[str, int]:
+        """``counts()`` restricted to the chunks whose scope columns equal ``filters`` (edges and
+        pairs counted by their source chunk, which shares its scope with the other end)."""
+        conds, params = [], []
+        for k, v in filters.items():
+            if k not in ("user_id", "agent_id", "run_id"):
+                raise ValueError(f"unknown scope filter {k!r}")
+            conds.append(f"c.{k} = ?" if v is not None else f"c.{k} IS NULL")
+            if v is not None:
+                params.append(v)
+        where = " AND ".join(conds) or "1"
+        row = self.query(
+            f"SELECT (SELECT COUNT(*) FROM chunks c WHERE {where} AND c.valid_to IS NULL), "
+            f"(SELECT COUNT(*) FROM chunks c WHERE {where}), "
+            f"(SELECT COUNT(*) FROM edges e JOIN chunks c ON c.nid = e.src WHERE {where} AND e.valid_to IS NULL), "
+            f"(SELECT COUNT(*) FROM edges e JOIN chunks c ON c.nid = e.src WHERE {where}), "
+            f"(SELECT COUNT(*) FROM cooccurrence o JOIN chunks c ON c.nid = o.a WHERE {where}), "
+            f"(SELECT COUNT(*) FROM facts f JOIN chunks c ON c.nid = f.nid WHERE {where} AND f.valid_to IS NULL), "
+            f"(SELECT COUNT(*) FROM embeddings m JOIN chunks c ON c.nid = m.nid WHERE {where})", params * 7)[0]
+        keys = ("chunks", "chunks_total", "edges", "edges_total", "cooccurrence", "facts", "embeddings")
+        return dict(zip(keys, row))
 
     def restore_edge(self, eid: int) -> None:
         self.conn.execute(

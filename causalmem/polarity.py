@@ -1,0 +1,195 @@
+"""Outcome polarity guessed from an explicit bilingual lexicon (SPEC §7).
+
+Whole words only: English text is split into words (``error-free`` stays one token) and each
+word is looked up in the lexicon as it is — no prefix matching, so "download", "downstream",
+"bugfix" and "failover" are not failures. Chinese has no spaces: a CJK run is segmented by
+longest match against the same lexicon, and the characters between matches form one filler
+token.
+
+Negation has a scope: a negator ("no", "not", "never", "without", "zero", 没有, 未, 不, 无, 零 …)
+flips the first polar word within the next three tokens, and a clause boundary (punctuation,
+"but", 但是 …) ends it. Repair words ("fixed", "resolved", "prevented", 修复, 解决 …) count as
+positive and neutralise the failure words they name within three tokens on either side, so
+"fixed the login bug" and "crash resolved" are successes, "fix failed" is not.
+
+The result is a *guess*: the store records it as ``polarity_origin = 'guessed'`` and nothing
+retires an edge on a guess.
+"""
+from __future__ import annotations
+
+import re
+
+__all__ = ["guess_polarity", "NEGATIVE_EN", "POSITIVE_EN", "NEGATIVE_ZH", "POSITIVE_ZH", "NEGATORS_EN",
+           "NEGATORS_ZH", "REPAIR_EN", "REPAIR_ZH"]
+
+NEGATIVE_EN = frozenset("""
+fail fails failed failing failure failures error errors errored erroring crash crashes crashed crashing
+timeout timeouts deadlock deadlocks deadlocked outage outages down downtime broke broken breaks breaking
+bug bugs buggy leak leaks leaked leaking regression regressions exception exceptions corrupt corrupted
+corruption lost loss lose losing slow slower slowed slowdown slowness sluggish panic panicked panics reject
+rejected rejection complaint complaints complained complain incident incidents injection vulnerability
+vulnerabilities vulnerable breach breached rollback rollbacks overload overloaded degraded degradation
+unavailable blocked wrong bad worse worst unstable flaky hang hangs hung stuck delayed delay delays missing
+throttled denied oom unreachable unresponsive angry churn churned halted outofmemory spike spiked
+""".split())
+POSITIVE_EN = frozenset("""
+fixed resolved solved passed pass passes passing success successes successful successfully succeed succeeded
+succeeds works worked working stable faster quicker improved improvement improvements improves safe safer
+green caught smooth smoothly saved recovered recovery healthy better approved happy win won ok okay
+finished completed complete bugfix hotfix clean restored uptime secure launched shipped delivered fast
+prevented prevents avoided avoids mitigated patched eliminated reliable
+""".split())
+# Repair words: positive themselves, and they cancel the failure words they refer to.
+REPAIR_EN = frozenset("""
+fixed resolved solved patched mitigated prevented prevents prevent avoided avoids avoid eliminated
+caught recovered restored bugfix hotfix
+""".split())
+NEGATORS_EN = frozenset("""
+no not never without zero none nothing cannot nor didn't doesn't don't wasn't weren't isn't aren't
+couldn't won't can't hasn't haven't hadn't shouldn't wouldn't
+""".split())
+# Two-word failures and negators, joined to one token before lookup.
+PHRASES_EN = {("timed", "out"): "timed_out", ("rolled", "back"): "rolled_back", ("no", "longer"): "no_longer",
+              ("went", "down"): "went_down", ("out", "of"): "out_of"}
+NEGATIVE_EN = NEGATIVE_EN | {"timed_out", "rolled_back", "went_down"}
+NEGATORS_EN = NEGATORS_EN | {"no_longer"}
+CLAUSE_EN = frozenset({"but", "however", "although", "though", "yet", "while", "whereas"})
+
+NEGATIVE_ZH = frozenset("""
+失败 报错 错误 出错 崩溃 超时 宕机 故障 死锁 泄漏 泄露 回滚 漏洞 异常 卡死 卡顿 丢失 变慢 很慢 太慢 缓慢 停机
+中断 不可用 无法 损坏 投诉 阻塞 拒绝 过载 瘫痪 出问题 问题 缺陷 挂了 坏了 延迟 下线 告警 事故
+""".split())
+POSITIVE_ZH = frozenset("""
+成功 修复 解决 通过 稳定 恢复 正常 提升 加快 变快 顺利 完成 改善 优化 好转 畅通 无误 不错 避免 防止 消除 排除 可靠
+""".split())
+REPAIR_ZH = frozenset("修复 解决 避免 防止 消除 排除 恢复".split())
+NEGATORS_ZH = frozenset("没有 没 无 未 不 不再 零 非 别".split())
+# Words that contain a negator character but are not negations.
+NEUTRAL_ZH = frozenset("非常 未来 不少 不久 无论 不管 不但 不仅 没事".split())
+CLAUSE_ZH = frozenset("但是 但 可是 然而 不过 却".split())
+
+_ZH_WORDS = sorted(NEGATIVE_ZH | POSITIVE_ZH | NEGATORS_ZH | NEUTRAL_ZH | CLAUSE_ZH, key=len, reverse=True)
+_ZH_MAX = max(len(w) for w in _ZH_WORDS)
+_ZH_SET = frozenset(_ZH_WORDS)
+
+_CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_TOKEN = re.compile(rf"(?P<cjk>[{_CJK}]+)|(?P<word>[a-z0-9]+(?:['’][a-z]+)?(?:-[a-z0-9]+)*)|(?P<stop>[.,;:!?，。；：！？])")
+_SCOPE = 3
+
+# token kinds
+_NEG, _POS, _NOT, _STOP, _FILL = "neg", "pos", "not", "stop", "fill"
+
+
+def _en_kind(word: str) -> tuple[str, bool]:
+    """(kind, is_repair) of one English word."""
+    if word in NEGATORS_EN:
+        return _NOT, False
+    if word in CLAUSE_EN:
+        return _STOP, False
+    if word in NEGATIVE_EN:
+        return _NEG, False
+    if word in POSITIVE_EN:
+        return _POS, word in REPAIR_EN
+    if "-" in word:
+        head, _, tail = word.rpartition("-")
+        if tail in ("free", "less") and (head in NEGATIVE_EN or head.split("-")[-1] in NEGATIVE_EN):
+            return _POS, False  # error-free, bug-free, crash-less
+    return _FILL, False
+
+
+def _zh_tokens(run: str) -> list[tuple[str, bool]]:
+    out: list[tuple[str, bool]] = []
+    i, filler = 0, False
+    while i < len(run):
+        for size in range(min(_ZH_MAX, len(run) - i), 0, -1):
+            w = run[i:i + size]
+            if w in _ZH_SET:
+                if w in NEGATORS_ZH:
+                    out.append((_NOT, False))
+                elif w in CLAUSE_ZH:
+                    out.append((_STOP, False))
+                elif w in NEGATIVE_ZH:
+                    out.append((_NEG, False))
+                elif w in POSITIVE_ZH:
+                    out.append((_POS, w in REPAIR_ZH))
+                else:
+                    out.append((_FILL, False))
+                filler = False
+                i += size
+                break
+        else:
+            if not filler:
+                out.append((_FILL, False))
+                filler = True
+            i += 1
+    return out
+
+
+def _tokens(text: str) -> list[tuple[str, bool]]:
+    words: list[tuple[str, str]] = []
+    for m in _TOKEN.finditer(text.lower()):
+        if m.lastgroup == "word":
+            words.append(("w", m.group()))
+        elif m.lastgroup == "cjk":
+            words.append(("z", m.group()))
+        else:
+            words.append(("s", m.group()))
+    out: list[tuple[str, bool]] = []
+    i = 0
+    while i < len(words):
+        kind, w = words[i]
+        if kind == "w" and i + 1 < len(words) and words[i + 1][0] == "w" and (w, words[i + 1][1]) in PHRASES_EN:
+            out.append(_en_kind(PHRASES_EN[(w, words[i + 1][1])]))
+            i += 2
+            continue
+        if kind == "w":
+            out.append(_en_kind(w.replace("’", "'")))
+        elif kind == "z":
+            out.extend(_zh_tokens(w))
+        else:
+            out.append((_STOP, False))
+        i += 1
+    return out
+
+
+def guess_polarity(text: str) -> str | None:
+    """``positive`` | ``negative`` | ``mixed`` from the lexicon (English and Chinese); ``None`` if
+    the text has no polar word."""
+    toks = _tokens(text or "")
+    n = len(toks)
+    value = [0] * n  # +1 / -1 per polar token after negation; 0 = neutral or cancelled
+    for i, (kind, _r) in enumerate(toks):
+        if kind == _POS:
+            value[i] = 1
+        elif kind == _NEG:
+            value[i] = -1
+    # negation: flips the first polar word within the scope, stops at a clause boundary
+    for i, (kind, _r) in enumerate(toks):
+        if kind != _NOT:
+            continue
+        for j in range(i + 1, min(n, i + 1 + _SCOPE)):
+            if toks[j][0] == _STOP:
+                break
+            if toks[j][0] in (_POS, _NEG):
+                value[j] = -value[j]
+                toks[j] = (toks[j][0], False)  # a negated repair word repairs nothing
+                break
+    # repair words cancel nearby failure words (but a negated failure is already positive)
+    for i, (kind, repair) in enumerate(toks):
+        if not repair or value[i] <= 0:
+            continue
+        for step in (-1, 1):
+            j = i + step
+            while 0 <= j < n and abs(j - i) <= _SCOPE and toks[j][0] != _STOP:
+                if toks[j][0] == _NEG and value[j] < 0:
+                    value[j] = 0
+                j += step
+    pos = sum(1 for v in value if v > 0)
+    neg = sum(1 for v in value if v < 0)
+    if pos and neg:
+        return "mixed" if pos == neg else ("positive" if pos > neg else "negative")
+    if neg:
+        return "negative"
+    if pos:
+        return "positive"
+    return None
