@@ -287,7 +287,7 @@ def check_clock_value(value: Any, name: str = "clock") -> float:
     assert v is not None
     hi = _time.time() + CLOCK_AHEAD
     if not CLOCK_MIN <= v <= hi:
-        hint = " (milliseconds? divide by 1000)" if v > hi and v / 1000.0 <= hi else ""
+        hint = " (milliseconds? divide by 1000)" if v > hi and CLOCK_MIN <= v / 1000.0 <= hi else ""
         raise ValueError(f"{name} gave {v!r}, outside the plausible window of POSIX seconds "
                          f"[{CLOCK_MIN:.0f} (1990-01-01), {hi:.0f} (now + 1 year)]{hint}")
     return v

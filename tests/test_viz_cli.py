@@ -6,6 +6,7 @@ import re
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -43,11 +44,12 @@ def test_memory_subgraph_delegates_and_last_sleep_report(tmp_path):
         assert {n.text for n in sg.nodes} == {"deploy without tests", "production crash", "safe release"}
         with pytest.raises(ValueError, match="direction"):
             mem.subgraph("x", direction="up")
-        report = mem.sleep(now=2_000_000_000.0)
+        t = float(int(time.time())) + 86400.0  # a day ahead: sleep refuses clocks beyond now + 1 year
+        report = mem.sleep(now=t)
         last = mem.last_sleep_report()
-        assert last["now"] == 2_000_000_000.0 and last["protected"] == report.protected > 0
-        mem.sleep(dry_run=True, now=2_000_100_000.0)
-        assert mem.last_sleep_report()["now"] == 2_000_000_000.0  # a dry run leaves no report
+        assert last["now"] == t and last["protected"] == report.protected > 0
+        mem.sleep(dry_run=True, now=t + 100_000.0)
+        assert mem.last_sleep_report()["now"] == t  # a dry run leaves no report
 
 
 @needs_dot
