@@ -10,7 +10,6 @@ import datetime as _dt
 import functools
 import inspect
 import logging
-import math
 import os
 import threading
 import time

@@ -73,7 +73,8 @@ _ZH_MAX = max(len(w) for w in _ZH_WORDS)
 _ZH_SET = frozenset(_ZH_WORDS)
 
 _CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_TOKEN = re.compile(rf"(?P<cjk>[{_CJK}]+)|(?P<word>[a-z0-9]+(?:['’][a-z]+)?(?:-[a-z0-9]+)*)|(?P<stop>[.,;:!?，。；：！？])")
+_TOKEN = re.compile(rf"(?P<cjk>[{_CJK}]+)|(?P<word>[a-z0-9]+(?:['’][a-z]+)?(?:-[a-z0-9]+)*)"
+                    r"|(?P<stop>[.,;:!?，。；：！？])")
 _SCOPE = 3
 
 # token kinds

@@ -211,7 +211,8 @@ def read_dump(fh: IO[str], *, existing_ids: Callable[[list[str], str], set[str]]
             raise DumpError(f"line {no}: {kind}: {exc}") from None
         if kind in lines:
             if item["id"] in lines[kind]:
-                raise DumpError(f"line {no}: {kind} id {item['id']!r} already defined on line {lines[kind][item['id']]}")
+                first = lines[kind][item["id"]]
+                raise DumpError(f"line {no}: {kind} id {item['id']!r} already defined on line {first}")
             lines[kind][item["id"]] = no
         if kind == "edge":
             refs += [(no, "chunk", item["src"]), (no, "chunk", item["dst"])]
@@ -233,8 +234,8 @@ def read_dump(fh: IO[str], *, existing_ids: Callable[[list[str], str], set[str]]
         for i in range(0, len(ids), 900):
             clash = existing_ids(ids[i:i + 900], kind)
             if clash:
-                first = min(clash, key=lambda x: lines[kind][x])
-                raise DumpError(f"line {lines[kind][first]}: {kind} id {first!r} already exists in the target "
+                taken = min(clash, key=lambda x: lines[kind][x])
+                raise DumpError(f"line {lines[kind][taken]}: {kind} id {taken!r} already exists in the target "
                                 f"database (import into an empty or different memory)")
     return out
 

@@ -688,8 +688,8 @@ class SQLiteStore:
 
     # ------------------------------------------------------------------ edges: reads
     def edge_rows_by_ids(self, edge_ids: Sequence[str]) -> list[EdgeRow]:
-        return [EdgeRow._make(r) for r in self._select_in(f"SELECT {EDGE_COLS} FROM {EDGE_FROM} WHERE e.id IN ({{ids}})",
-                                                          list(edge_ids))]
+        rows = self._select_in(f"SELECT {EDGE_COLS} FROM {EDGE_FROM} WHERE e.id IN ({{ids}})", list(edge_ids))
+        return [EdgeRow._make(r) for r in rows]
 
     def edge_row(self, edge_id: str) -> EdgeRow | None:
         rows = self.query(f"SELECT {EDGE_COLS} FROM {EDGE_FROM} WHERE e.id = ?", (edge_id,))
@@ -892,9 +892,9 @@ class SQLiteStore:
             q = ",".join("?" * len(part))
             edge_ids += [r[0] for r in self.conn.execute(
                 f"SELECT id FROM edges WHERE src IN ({q}) OR dst IN ({q})", part + part)]
-        for part in batched(edge_ids):
-            q = ",".join("?" * len(part))
-            self.conn.execute(f"UPDATE edges SET superseded_by = NULL WHERE superseded_by IN ({q})", part)
+        for id_part in batched(edge_ids):
+            q = ",".join("?" * len(id_part))
+            self.conn.execute(f"UPDATE edges SET superseded_by = NULL WHERE superseded_by IN ({q})", id_part)
         for eid in edge_ids:
             self.conn.execute("DELETE FROM meta WHERE key LIKE ?", (f"judged:%{eid}%",))
         n = 0
@@ -944,8 +944,8 @@ class SQLiteStore:
                         "metadata": json.loads(c.metadata) if c.metadata else {}, "access_count": c.access_count,
                         "last_accessed_at": c.last_accessed_at, "valid_to": c.valid_to}
             cur = self.conn.execute(
-                "SELECT c.id, h.event, h.old_text, h.new_text, h.at FROM chunk_history h JOIN chunks c ON c.nid = h.nid "
-                "ORDER BY h.hid")
+                "SELECT c.id, h.event, h.old_text, h.new_text, h.at FROM chunk_history h "
+                "JOIN chunks c ON c.nid = h.nid ORDER BY h.hid")
             for r in iter(lambda: cur.fetchmany(5000), []):
                 for cid, event, old, new, at in r:
                     yield "history", {"chunk": cid, "event": event, "old_text": old, "new_text": new, "at": at}
@@ -969,14 +969,15 @@ class SQLiteStore:
             cur = self.conn.execute(
                 "SELECT f.key, f.value, c.id, f.user_id, f.agent_id, f.run_id, f.confidence, f.created_at, f.valid_to "
                 "FROM facts f JOIN chunks c ON c.nid = f.nid ORDER BY f.fid")
-            keys = ("key", "value", "chunk", "user_id", "agent_id", "run_id", "confidence", "created_at", "valid_to")
+            fact_keys = ("key", "value", "chunk", "user_id", "agent_id", "run_id", "confidence", "created_at",
+                         "valid_to")
             for r in iter(lambda: cur.fetchmany(5000), []):
                 for row in r:
-                    yield "fact", dict(zip(keys, row))
+                    yield "fact", dict(zip(fact_keys, row))
             if vectors:
                 cur = self.conn.execute(
-                    "SELECT c.id, e.model, e.dim, e.text_hash, e.vector FROM embeddings e JOIN chunks c ON c.nid = e.nid "
-                    "ORDER BY e.nid")
+                    "SELECT c.id, e.model, e.dim, e.text_hash, e.vector FROM embeddings e "
+                    "JOIN chunks c ON c.nid = e.nid ORDER BY e.nid")
                 for r in iter(lambda: cur.fetchmany(2000), []):
                     for cid, model, dim, th, vec in r:
                         yield "embedding", {"chunk": cid, "model": model, "dim": dim, "text_hash": th, "vector": vec}
@@ -1000,7 +1001,8 @@ class SQLiteStore:
               c["run_id"], c["session_id"], c["metadata"], c["valid_to"]) for c in records.get("chunk", ())])
         self.conn.executemany(
             "INSERT INTO chunk_history (nid, event, old_text, new_text, at) VALUES (?,?,?,?,?)",
-            [(nid_of[h["chunk"]], h["event"], h["old_text"], h["new_text"], h["at"]) for h in records.get("history", ())])
+            [(nid_of[h["chunk"]], h["event"], h["old_text"], h["new_text"], h["at"])
+             for h in records.get("history", ())])
         eid_base = self._next_key("edges", "eid") - 1
         self.conn.executemany(
             "INSERT INTO edges (eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, "
