@@ -125,8 +125,7 @@ def _edge(rec: dict) -> dict:
         "evidence": _int(rec, "evidence", lo=1), "task_tag": _str(rec, "task_tag", optional=True),
         "event_time": _num(rec, "event_time", optional=True), "discovered_at": _num(rec, "discovered_at"),
         "valid_to": _num(rec, "valid_to", optional=True), "invalid_reason": _str(rec, "invalid_reason", optional=True),
-        "superseded_by": _str(rec, "superseded_by", optional=True), "access_count": _int(rec, "access_count"),
-        "last_accessed_at": _num(rec, "last_accessed_at", optional=True),
+        "superseded_by": _str(rec, "superseded_by", optional=True),
     }
 
 

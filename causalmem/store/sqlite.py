@@ -952,11 +952,11 @@ class SQLiteStore:
             cur = self.conn.execute(
                 "SELECT e.id, s.id, d.id, e.relation, e.subtype, e.confidence, e.source, e.polarity, "
                 "e.polarity_origin, e.evidence, e.task_tag, e.event_time, e.discovered_at, e.valid_to, "
-                "e.invalid_reason, e.superseded_by, e.access_count, e.last_accessed_at FROM " + EDGE_FROM
+                "e.invalid_reason, e.superseded_by FROM " + EDGE_FROM
                 + " ORDER BY e.eid")
             keys = ("id", "src", "dst", "relation", "subtype", "confidence", "source", "polarity", "polarity_origin",
                     "evidence", "task_tag", "event_time", "discovered_at", "valid_to", "invalid_reason",
-                    "superseded_by", "access_count", "last_accessed_at")
+                    "superseded_by")
             for r in iter(lambda: cur.fetchmany(5000), []):
                 for row in r:
                     yield "edge", dict(zip(keys, row))
@@ -1006,13 +1006,12 @@ class SQLiteStore:
         eid_base = self._next_key("edges", "eid") - 1
         self.conn.executemany(
             "INSERT INTO edges (eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, "
-            "polarity_origin, evidence, task_tag, event_time, discovered_at, valid_to, invalid_reason, superseded_by, "
-            "access_count, last_accessed_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "polarity_origin, evidence, task_tag, event_time, discovered_at, valid_to, invalid_reason, superseded_by) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [(eid_base + 1 + i, e["id"], nid_of[e["src"]], nid_of[e["dst"]], e["relation"].value, e["relation"].code,
               e["subtype"], e["confidence"], e["source"], e["polarity"], e["polarity_origin"], e["evidence"],
               e["task_tag"], e["event_time"], e["discovered_at"], e["valid_to"], e["invalid_reason"],
-              e["superseded_by"], e["access_count"], e["last_accessed_at"])
-             for i, e in enumerate(records.get("edge", ()))])
+              e["superseded_by"]) for i, e in enumerate(records.get("edge", ()))])
         co = []
         for o in records.get("cooccurrence", ()):
             a, b = nid_of[o["a"]], nid_of[o["b"]]
