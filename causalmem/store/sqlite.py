@@ -209,6 +209,10 @@ class SQLiteStore:
                     raise StoreError(f"cannot create the directory for {self.path!r}: {exc}") from exc
             if exists:
                 _check_sqlite_header(p)
+                if not self.read_only and not os.access(self.path, os.W_OK):
+                    # a file we may not write: serve reads (searches work, reinforcement off)
+                    log.warning("causalmem: %s is not writable: opened read-only", self.path)
+                    self.read_only = True
         try:
             if self.read_only and not memory:
                 self.conn = sqlite3.connect(f"{Path(self.path).resolve().as_uri()}?mode=ro", uri=True,
