@@ -67,9 +67,13 @@ class Memory:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def close(self) -> None:
+    def close(self, *, drain: bool = False) -> None:
         """Close the database: queued search reinforcement is written first (if the file is locked
-        or read-only it is dropped, with a log line); everything else is already committed."""
+        or read-only it is dropped, with a log line); everything else is already committed.
+
+        Chunks still waiting for a vector stay queued in the store (the next open embeds them);
+        ``drain=True`` first waits until the background worker embedded them all."""
+        self._views.stop_worker(drain=drain)  # outside the lock: the worker's last batch needs it
         with self._lock:
             if getattr(self._store, "_closed", False):
                 return
@@ -81,8 +85,11 @@ class Memory:
                 self._store.close()
 
     def flush(self) -> int:
-        """Write the reinforcement queued by searches now (normally done by the next write, a size
-        or time threshold, or ``close``); returns how many searches it covered."""
+        """Finish what runs behind the writes: wait until every chunk written so far has its vector
+        (the background embedding; no-op without an embedder), then write the reinforcement queued
+        by searches (normally done by the next write, a size or time threshold, or ``close``);
+        returns how many searches the reinforcement covered."""
+        self._views.wait_embedded(None)  # outside the lock: the worker needs it to store vectors
         with self._lock:
             return self._views.flush_reinforcement(wait=True)
 
@@ -90,6 +97,12 @@ class Memory:
     def read_only(self) -> bool:
         """Opened read-only: searches work (reinforcement off), writes raise ``StoreError``."""
         return self._store.read_only
+
+    def wait_embedded(self, timeout: float | None = None) -> bool:
+        """Block until every chunk written so far has a vector (True) or ``timeout`` seconds passed (False).
+
+        Writes commit without vectors; a background thread embeds them in large batches."""
+        return self._views.wait_embedded(timeout)
 
     def now(self) -> float:
         return self._views.now()
@@ -145,16 +158,14 @@ class Memory:
         """Record that ``decision`` led to ``outcome`` (one transaction); returns the new edge."""
         a = w.validated_record(decision, outcome, relation, source, confidence, polarity, task_tag, event_time,
                                user_id, agent_id, run_id)
-        vecs = self._views.vectors_for([decision, outcome])
-        with self._views.write() as fx:
-            return w.record_batch(self._views, fx, [a], vecs)[0]
+        with self._views.write() as fx:  # vectors: the background worker (off the write path)
+            return w.record_batch(self._views, fx, [a])[0]
 
     def record_many(self, items: Iterable[Any]) -> list[Edge]:
         """Record many decision→outcome pairs in one transaction (all or nothing)."""
         parsed = w.parse_record_items(items)
-        vecs = self._views.vectors_for(list(dict.fromkeys(t for a in parsed for t in (a["decision"], a["outcome"]))))
         with self._views.write() as fx:
-            return w.record_batch(self._views, fx, parsed, vecs)
+            return w.record_batch(self._views, fx, parsed)
 
     def link(self, src_chunk_id: str, dst_chunk_id: str, relation: str, *, confidence: float | None = None,
              source: str = "rule", polarity: str | None = None, task_tag: str | None = None) -> Edge:
@@ -177,10 +188,8 @@ class Memory:
         ingest.check_text(value, "value")
         conf = ingest.check_confidence(confidence)
         scope = w.check_scope(user_id, agent_id, run_id)
-        text = f"{key}: {value}"
-        vec = self._views.vectors_for([text]).get(text)
         with self._views.write() as fx:
-            cid = w.add_fact(self._views, fx, key, value, scope, confidence=conf, vec=vec,
+            cid = w.add_fact(self._views, fx, key, value, scope, confidence=conf, vec=None,
                              replace_same_key=replace_same_key)
         return self.get(cid)
 
@@ -243,9 +252,8 @@ class Memory:
             ingest.check_text(text, "text")
         if metadata is not None:
             metadata = w.check_metadata(metadata)
-        vec = self._views.vectors_for([text]).get(text) if text is not None else None
-        with self._views.write() as fx:
-            w.update_chunk(self._views, fx, self._require_chunk(chunk_id), text, vec, metadata)
+        with self._views.write() as fx:  # the new text's vector: the background worker
+            w.update_chunk(self._views, fx, self._require_chunk(chunk_id), text, None, metadata)
         return self.get(chunk_id)
 
     def history(self, chunk_id: str) -> list[dict[str, Any]]:
@@ -277,9 +285,8 @@ class Memory:
         session = session_id or w.new_session_id()
         rows = w.turn_rows(turns, scope=scope, session=session, metadata=metadata, event_time=et,
                            q_init=self.config.q_init)
-        vecs = self._views.encode([r["text"] for r in rows])
         with self._views.write() as fx:
-            chunks = w.add_turns(self._views, fx, rows, scope, session, vecs)
+            chunks = w.add_turns(self._views, fx, rows, scope, session, None)
             not_stored = w.apply_distilled(self._views, fx, distilled, scope, et) if distilled else []
             self._views.count_write(fx)
         return AddResult(chunks, distilled=len(distilled) - len(not_stored), distill_skipped=skipped + not_stored,
@@ -419,12 +426,16 @@ class Memory:
                                 filters=filters, since=since, until=until, channels=channels, fusion=fusion,
                                 explain=explain, reinforce=reinforce, metadata=metadata)
 
-    def reembed(self) -> int:
-        """Compute vectors for every chunk whose text or model changed; returns how many."""
+    def reembed(self, *, progress: Callable[[int, int], None] | None = None) -> int:
+        """Compute vectors for every chunk whose text or model changed, now; returns how many.
+
+        ``progress(done, total)`` is called after each batch (the CLI draws a bar with it)."""
         emb = self.embedder
         if emb is None:
             raise ConfigurationError("reembed() needs an embedder; this Memory was opened with embedder=None")
-        return self._views.reembed(emb.model_name)
+        if progress is not None and not callable(progress):
+            raise TypeError("progress must be a callable (done, total) or None")
+        return self._views.reembed(emb.model_name, progress)
 
     # ------------------------------------------------------------------ learning
     def feedback(self, chunk_id: str, reward: float) -> float:

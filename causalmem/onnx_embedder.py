@@ -55,11 +55,15 @@ __all__ = [
     "INT8_MIN_COSINE",
     "INT8_MIN_MEAN_COSINE",
     "PRECISIONS",
+    "DEFAULT_PRECISION",
+    "cached_graph",
 ]
 
 logger = logging.getLogger("causalmem")
 
 PRECISIONS = ("fp32", "int8")
+#: what ``embedder="auto"`` uses (chosen by benchmarks/encoder_bench.py: LoCoMo R@10 within 0.01 of torch)
+DEFAULT_PRECISION = "int8"
 INT8_MIN_COSINE = 0.95  # per-text cosine of the int8 variant against torch, worst case (very short texts)
 INT8_MIN_MEAN_COSINE = 0.985  # its mean over a sample of ordinary sentences
 _EXPORT_FORMAT = 2  # bump when the exported graph changes (inputs, outputs, pooling)
@@ -217,6 +221,14 @@ def _quantise(src: Path, out: Path) -> None:
         str(src), str(out), weight_type=QuantType.QInt8, per_channel=True,
         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
     )
+
+
+def cached_graph(model_dir: str | os.PathLike[str], precision: str = "fp32",
+                 cache_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """The already exported graph for ``model_dir`` at ``precision``, or None (never exports)."""
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    target = root / "onnx" / _export_key(Path(model_dir)) / f"model-{precision}.onnx"
+    return target if target.is_file() else None
 
 
 def export_onnx(model_dir: str | os.PathLike[str], precision: str = "fp32", cache_dir: str | os.PathLike[str] | None = None) -> Path:

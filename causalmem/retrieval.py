@@ -123,7 +123,7 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
     depth = max(p.candidates, 2 * top_k)
     qvec = None
     if "semantic" in chans and views.embedder is not None:
-        qvec = views.encode([query])  # outside the lock: encoding is the slow part
+        qvec = views.encode_query(query)  # outside the lock: encoding is the slow part (LRU-cached)
     with views.lock:
         table, lexical = views.tables()
         mask = table.scope_mask(**scope, since=t_since, until=t_until)
@@ -184,6 +184,11 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
         chosen_scores = {int(n): float(s) for n, s in zip(nids[order[:top_k]], scores[order[:top_k]])}
         rows = views.store.chunk_rows_by_nid(chosen)
         paths = _paths(views, chosen, seeds, act) if explain else {}
+        coverage = None
+        if explain and "semantic" in chans and views.embedder is not None:
+            with_vec, in_scope = views.vector_coverage(mask)  # writes are embedded in the background
+            coverage = {"with_vector": with_vec, "in_scope": in_scope,
+                        "fraction": with_vec / in_scope if in_scope else 1.0}
         hits = []
         for n in chosen:
             row = rows.get(n)
@@ -200,6 +205,7 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
                     "q_value": row.q_value, "importance": row.importance,
                     "path": paths.get(n, []),
                     "superseded_by": sup.get(n),
+                    "semantic_coverage": coverage,
                 }
             hits.append(Hit(id=row.id, text=row.text, score=chosen_scores[n], kind=row.kind, created_at=row.created_at,
                             event_time=row.event_time, user_id=row.user_id, agent_id=row.agent_id, run_id=row.run_id,

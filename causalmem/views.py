@@ -23,8 +23,10 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 import numpy as np
 
 from .chunks import ChunkTable
+from .embedding import EmbeddingWorker, Progress, decode_rows, embed_pending
 from .config import Config
 from .lexical import BM25Index
+from .onnx_embedder import QueryVectorCache
 from .projection import Projection
 from .semantic import Embedder, VectorIndex, blob_to_vector, resolve_embedder, vector_to_blob
 from .store.base import EmbeddingRow, StoreBackend, text_hash
@@ -36,6 +38,8 @@ log = logging.getLogger("causalmem")
 
 __all__ = ["Views", "NewChunk", "Effects", "Scope"]
 
+#: seconds after open before the background worker looks for an earlier process's queue
+RESUME_DELAY_S = 1.0
 #: after-commit callbacks of one write
 Effects = list[Callable[[], None]]
 #: (user_id, agent_id, run_id)
@@ -87,6 +91,18 @@ class Views:
         self._queued_since = 0.0
         self.reinforce_off: str | None = "the database was opened read-only" if store.read_only else None
         self._reinforce_off_logged = False
+        self._worker: EmbeddingWorker | None = None
+        self._embed_queued = False  # this write committed chunks (or texts) without vectors
+        self._closed = False
+        self.query_cache = QueryVectorCache(1024)
+        self.embed_lock = threading.Lock()  # one embedding pass at a time (worker or reembed)
+        self.embedded_below = 0  # every live chunk with nid <= this has a current vector (a hint)
+        self.mark_resets = 0  # bumped whenever the hint is reset
+        if embedder is not None and getattr(store, "path", ":memory:") != ":memory:":
+            # the queue of an earlier process (crash, close without drain) resumes shortly after open
+            worker = self.worker
+            if worker is not None:
+                worker.kick_later(RESUME_DELAY_S)
 
     def now(self) -> float:
         """The clock, refused outside 1990 .. now + 1 year (a millisecond clock retires everything)."""
@@ -112,10 +128,12 @@ class Views:
             return None
         return np.asarray(emb.encode(list(texts)), dtype=np.float32)
 
-    def vectors_for(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
-        """text -> vector (empty without an embedder); call outside the lock: encoding is slow."""
-        vecs = self.encode(texts)
-        return {} if vecs is None else dict(zip(texts, vecs))
+    def encode_query(self, query: str) -> np.ndarray | None:
+        """The query's vector (1 x dim) from the LRU of query vectors; None without an embedder."""
+        emb = self.embedder
+        if emb is None:
+            return None
+        return self.query_cache.get(emb, query)[None, :]
 
     def store_vectors(self, items: Sequence[tuple[int, str, np.ndarray]]) -> None:
         """Persist (nid, text, vector) rows for the current embedder, in the caller's transaction."""
@@ -125,21 +143,82 @@ class Views:
         self.store.put_embeddings(EmbeddingRow(nid, emb.model_name, emb.dim, text_hash(t), vector_to_blob(v))
                                   for nid, t, v in items)
 
-    def embed_and_store(self, items: Sequence[tuple[int, str]]) -> None:
-        vecs = self.encode([t for _, t in items])
-        if vecs is None:
-            return
-        with self.store.transaction():
-            self.store_vectors([(nid, t, v) for (nid, t), v in zip(items, vecs)])
+    # ------------------------------------------------------------------ background embedding
+    def reset_embedded_mark(self) -> None:
+        """Forget the low-water mark of the embedding queue (the next pass scans every chunk)."""
+        self.embedded_below = 0
+        self.mark_resets += 1
 
-    def reembed(self, model_name: str) -> int:
-        """Vectors for every chunk whose text or model changed; returns how many."""
+    @property
+    def worker(self) -> EmbeddingWorker | None:
+        """The background embedding worker (None when the semantic channel is off)."""
+        if self._worker is None and self._embedder_spec is not None and not self._closed \
+                and not getattr(self.store, "read_only", False):  # a read-only open cannot store vectors
+            self._worker = EmbeddingWorker(self)
+        return self._worker
+
+    def queue_changed(self) -> None:
+        """Chunks without vectors were committed: wake the background worker."""
+        if self._embedder_spec is None or self._closed:
+            return
+        worker = self.worker
+        if worker is not None:
+            worker.kick()
+
+    def wait_embedded(self, timeout: float | None = None) -> bool:
+        """Block until every chunk committed so far has a vector (True), or ``timeout`` passed."""
+        emb = self.embedder if self._embedder_spec is not None else None
+        if emb is None:
+            return True
+        worker = self.worker
+        if worker is None:  # read-only (or closed): nobody embeds; say whether anything is missing
+            with self.lock:
+                return not self.store.chunks_missing_embedding(emb.model_name, limit=1)
+        return worker.wait(timeout)
+
+    def stop_worker(self, drain: bool = False) -> None:
+        """Stop the worker (after draining the queue when ``drain``); the queue stays in the store."""
+        if drain:
+            self.wait_embedded()
+        self._closed = True
+        if self._worker is not None:
+            self._worker.stop()
+
+    def vector_coverage(self, mask: np.ndarray | None = None) -> tuple[int, int]:
+        """(chunks with a vector in the loaded index, chunks) within ``mask`` (a scope mask)."""
+        vindex = self.vectors
+        if mask is None:
+            table = self.chunks
+            mask = table.alive[: table.n] if table is not None else np.zeros(0, dtype=bool)
+        total = int(np.count_nonzero(mask))
+        if vindex is None or not total:
+            return 0, total
+        ids = vindex.ids()
+        ids = ids[ids < mask.shape[0]]
+        return int(np.count_nonzero(mask[ids])), total
+
+    def vectors_stored(self, fx: Effects, nids: Sequence[int], model: str, dim: int) -> None:
+        """Vectors of ``nids`` were stored: after commit the loaded index takes the still-current ones."""
+        def apply() -> None:
+            if self.vectors is None:
+                return
+            got = self.store.embeddings_of(list(nids), model)
+            if got:
+                ids, vecs = decode_rows(got, dim)
+                alive = self.chunks.alive if self.chunks is not None else None
+                if alive is not None:
+                    keep = (ids < alive.shape[0]) & alive[np.minimum(ids, max(alive.shape[0] - 1, 0))]
+                    ids, vecs = ids[keep], vecs[keep]
+                if len(ids):
+                    self.vectors.add(ids, vecs)
+
+        fx.append(apply)
+
+    def reembed(self, model_name: str, progress: Progress | None = None) -> int:
+        """Vectors for every chunk whose text or model changed, in this thread; returns how many."""
         with self.lock:
-            missing = self.store.chunks_missing_embedding(model_name)
-            for i in range(0, len(missing), 256):
-                self.embed_and_store(missing[i:i + 256])
-            self.vectors = None
-            return len(missing)
+            self.reset_embedded_mark()  # look at every chunk
+        return embed_pending(self, progress=progress)
 
     # ------------------------------------------------------------------ reads
     def tables(self) -> tuple[ChunkTable, BM25Index]:
@@ -162,9 +241,8 @@ class Views:
             return None
         self.sync_external()
         if self.vectors is None:
-            missing = self.store.chunks_missing_embedding(emb.model_name)
-            if missing:
-                self.embed_and_store(missing)
+            # never embeds here: chunks without vectors are the background worker's queue,
+            # a search answers from the vectors that exist (explain=True shows the coverage)
             index = VectorIndex(emb.dim)
             ids, vecs = [], []
             for row in self.store.embeddings_for(emb.model_name):
@@ -205,6 +283,9 @@ class Views:
                 for fx in effects:
                     fx()
                 self._data_version = self.store.data_version()
+                if self._embed_queued:
+                    self._embed_queued = False
+                    self.queue_changed()
 
     def sync_external(self) -> None:
         """Another connection committed: bring the views up to date with the store."""
@@ -223,6 +304,7 @@ class Views:
 
         A text *changed* elsewhere (an ``update`` event we did not make) rebuilds them instead."""
         self.projection.mark_stale()
+        self.reset_embedded_mark()  # another process may have changed texts or written without vectors
         if self.chunks is None or self.lexical is None:
             self.chunks = self.lexical = self.vectors = None
             return
@@ -252,9 +334,9 @@ class Views:
                 if got:
                     self.vectors.add(np.asarray([g[0] for g in got], dtype=np.int64),
                                      np.vstack([blob_to_vector(g[1], emb.dim) for g in got]))
-                if len(got) < len(want):  # written elsewhere without our model: embed on next use
-                    self.vectors = None
+                # chunks written elsewhere without our model's vectors are in the worker's queue
         self.chunks = table
+        self.queue_changed()  # another process may have written chunks without our model's vectors
 
     # ------------------------------------------------------------------ after-commit effects
     def chunks_added(self, fx: Effects, chunks: Sequence[NewChunk],
@@ -263,6 +345,8 @@ class Views:
         if not chunks:
             return
         vectors = vectors or {}
+        if len(vectors) < len(chunks):
+            self._embed_queued = True
 
         def apply() -> None:
             if self.chunks is not None:
@@ -311,12 +395,18 @@ class Views:
         fx.append(apply)
 
     def text_updated(self, fx: Effects, nid: int, text: str, vector: np.ndarray | None) -> None:
+        if vector is None:
+            self._embed_queued = True
+            self.reset_embedded_mark()
         def apply() -> None:
             self._updates_seen = self.store.last_update_event()
             if self.lexical is not None:
                 self.lexical.update(nid, text)
-            if self.vectors is not None and vector is not None:
-                self.vectors.add(np.asarray([nid], dtype=np.int64), vector[None, :])
+            if self.vectors is not None:
+                if vector is not None:
+                    self.vectors.add(np.asarray([nid], dtype=np.int64), vector[None, :])
+                else:  # the old text's vector is stale; the worker embeds the new text
+                    self.vectors.remove(nid)
 
         fx.append(apply)
 

@@ -111,29 +111,48 @@ def test_pool_is_bounded_and_concurrent_writes_all_land(db_path):
     assert emb.max_active <= 2 and len(emb.threads) <= 2
 
 
+class GateDistiller:
+    """A real distiller (returns no items) whose ``distill`` blocks until the test opens the gate.
+
+    Writes no longer encode (vectors are computed by the background worker), so the call that
+    blocks inside ``add`` is ``add(..., infer=True)``'s distillation, before its transaction."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def distill(self, turns):
+        self.entered.set()
+        assert self.gate.wait(30), "test never opened the gate"
+        return []
+
+
 def test_cancelled_await_leaves_no_half_done_write(db_path):
-    """One worker: call A is running (blocked in encode), call B waits in the queue. Cancelling both
-    awaits: B never starts; A still completes as a whole (its chunk exists with its embedding)."""
+    """One worker: call A is running (blocked in distill), call B waits in the queue. Cancelling both
+    awaits: B never starts; A still completes as a whole (its chunk exists, its embedding follows)."""
+    gate = GateDistiller()
     emb = GateEmbedder()
+    emb.gate.set()
 
     async def main():
-        mem = AsyncMemory(db_path, embedder=emb, max_workers=1)
-        running = asyncio.create_task(mem.add("running write", user_id="u"))
-        await asyncio.get_running_loop().run_in_executor(None, emb.entered.wait, 10)
-        queued = asyncio.create_task(mem.add("queued write", user_id="u"))
+        mem = AsyncMemory(db_path, embedder=emb, max_workers=1, distiller=gate)
+        running = asyncio.create_task(mem.add("running write", user_id="u", infer=True))
+        await asyncio.get_running_loop().run_in_executor(None, gate.entered.wait, 10)
+        queued = asyncio.create_task(mem.add("queued write", user_id="u", infer=True))
         await asyncio.sleep(0.05)
         running.cancel()
         queued.cancel()
         for t in (running, queued):
             with pytest.raises(asyncio.CancelledError):
                 await t
-        emb.gate.set()
+        gate.gate.set()
         await mem.aclose()  # waits for the started call to finish
 
     asyncio.run(main())
     with Memory(db_path, embedder=emb) as mem:
         texts = [c.text for c in mem.get_all(user_id="u")]
         assert texts == ["running write"]
+        mem.flush()  # the next open resumes the embedding queue
         assert mem.stats()["embeddings"] == 1
         assert mem.history(mem.get_all(user_id="u")[0].id)[0]["event"] == "create"
 

@@ -39,6 +39,7 @@ def test_vectors_are_stored_and_not_recomputed(db_path):
     emb = HashEmbedder()
     with Memory(db_path, embedder=emb) as mem:
         mem.add(["the cat sat on the mat", "dogs chase cats"], user_id="u")
+        mem.flush()  # vectors are computed by the background worker
         assert model_rows(mem) == {"toy-hash-64": 2}
         n = emb.texts
         hits = mem.search("cat mat", user_id="u", channels=("semantic",), reinforce=False)
@@ -53,6 +54,7 @@ def test_vectors_are_stored_and_not_recomputed(db_path):
 def test_changed_model_never_mixes_spaces_and_reembed(db_path):
     with Memory(db_path, embedder="all-MiniLM-L6-v2") as mem:
         mem.add(["the server crashed at night", "I like pizza"], user_id="u")
+        mem.flush()
         assert model_rows(mem) == {"all-MiniLM-L6-v2": 2}
     toy = HashEmbedder()
     with Memory(db_path, embedder=toy) as mem:
@@ -70,6 +72,7 @@ def test_update_reembeds_the_changed_text(db_path):
         c = mem.add("alpha beta", user_id="u")[0]
         mem.search("alpha", user_id="u", channels=("semantic",), reinforce=False)
         mem.update(c.id, "gamma delta")
+        mem.flush()  # the new text's vector comes from the background worker
         hits = mem.search("gamma", user_id="u", channels=("semantic",), reinforce=False)
         assert hits[0].id == c.id
 

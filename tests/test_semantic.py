@@ -81,8 +81,12 @@ def test_bad_arguments():
 def test_resolve_embedder(embedder, caplog):
     assert resolve_embedder(None) is None
     auto = resolve_embedder("auto")
-    assert isinstance(auto, SentenceTransformerEmbedder)
+    from causalmem.onnx_embedder import OnnxEmbedder
+
+    # the ONNX Runtime backend when its extra is installed, else torch; the same model either way
+    assert isinstance(auto, OnnxEmbedder if semantic._onnx_usable() else SentenceTransformerEmbedder)
     assert auto.model_name == DEFAULT_MODEL and auto.dim == 384
+    assert isinstance(resolve_embedder("torch"), SentenceTransformerEmbedder)
     assert resolve_embedder(embedder) is embedder
     named = resolve_embedder("all-MiniLM-L6-v2")
     assert named.model_name == DEFAULT_MODEL
@@ -99,6 +103,7 @@ def test_resolve_auto_without_packaged_model(monkeypatch, caplog):
 
 def test_missing_sentence_transformers_is_a_clear_error(monkeypatch, caplog):
     monkeypatch.setattr(semantic, "_sentence_transformers_available", lambda: False)
+    monkeypatch.setattr(semantic, "_onnx_usable", lambda: False)
     with pytest.raises(ImportError, match="sentence-transformers"):
         SentenceTransformerEmbedder()
     with caplog.at_level(logging.INFO, logger="causalmem"):

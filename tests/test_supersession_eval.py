@@ -88,6 +88,7 @@ def test_corrected_belief_ranks_above_superseded_one(tmp_path, embedder):
         with Memory(tmp_path / f"{path.stem}.db", clock=lambda: T, embedder=embedder) as mem:
             new, old = _build(mem, data)
             assert question["answer"] == new
+            mem.flush()  # vectors are computed in the background
             mem.sleep(now=T + DAY)
             hits = [h.text for h in mem.search(question["question"], top_k=11, reinforce=False)]
         r_new = hits.index(new) if new in hits else None

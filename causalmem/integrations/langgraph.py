@@ -368,6 +368,9 @@ class CausalMemStore(BaseStore):
         by_chunk = {rec.chunk_id: (ns, key, rec) for ns, key, rec in cands if rec.indexed}
         ranked: list[SearchItem] = []
         if by_chunk:
+            # LangGraph's stores embed on put (read-your-writes for vector search); causalmem embeds
+            # in the background, so a query search waits for the items written so far
+            self.memory.wait_embedded()
             need = offset + limit
             max_k = self.memory.config.max_top_k
             top_k = min(max_k, max(50, 4 * need))

@@ -515,8 +515,15 @@ class StoreBackend(Protocol):
     def embeddings_of(self, nids: Sequence[int], model: str) -> list[tuple[int, bytes]]:
         """(nid, vector) of the given chunks' current vectors for ``model``."""
 
-    def chunks_missing_embedding(self, model: str) -> list[tuple[int, str]]:
-        """(nid, text) of live chunks without a current vector for ``model``, ascending nid."""
+    def chunks_missing_embedding(self, model: str, *, limit: int | None = None,
+                                 after_nid: int = 0) -> list[tuple[int, str]]:
+        """(nid, text) of live chunks without a current vector for ``model``, ascending nid.
+
+        This *is* the background embedding queue: a write commits chunks without vectors,
+        so a crash never loses queued work. ``limit``/``after_nid`` page through it."""
+
+    def embedding_backlog(self, model: str) -> tuple[int, int]:
+        """(live chunks, live chunks with a current vector for ``model``)."""
 
     def put_embeddings(self, rows: Iterable[EmbeddingRow | tuple[int, str, int, int, bytes]]) -> None:
         """Insert or replace vectors."""

@@ -1157,11 +1157,18 @@ class SQLiteStore:
             "SELECT e.nid, e.vector FROM embeddings e JOIN chunks c ON c.nid = e.nid WHERE e.nid IN ({ids}) "
             "AND e.model = ? AND e.text_hash = c.text_hash", [int(n) for n in nids], after=(model,))
 
-    def chunks_missing_embedding(self, model: str) -> list[tuple[int, str]]:
+    def chunks_missing_embedding(self, model: str, *, limit: int | None = None,
+                                 after_nid: int = 0) -> list[tuple[int, str]]:
         return self.query(
             "SELECT c.nid, c.text FROM chunks c LEFT JOIN embeddings e ON e.nid = c.nid "
-            "WHERE c.valid_to IS NULL AND (e.nid IS NULL OR e.model != ? OR e.text_hash != c.text_hash) "
-            "ORDER BY c.nid", (model,))
+            "WHERE c.nid > ? AND c.valid_to IS NULL AND (e.nid IS NULL OR e.model != ? OR e.text_hash != c.text_hash) "
+            "ORDER BY c.nid LIMIT ?", (int(after_nid), model, -1 if limit is None else int(limit)))
+
+    def embedding_backlog(self, model: str) -> tuple[int, int]:
+        row = self.query(
+            "SELECT COUNT(*), COUNT(e.nid) FROM chunks c LEFT JOIN embeddings e ON e.nid = c.nid "
+            "AND e.model = ? AND e.text_hash = c.text_hash WHERE c.valid_to IS NULL", (model,))[0]
+        return int(row[0]), int(row[1])
 
     def put_embeddings(self, rows: Iterable[EmbeddingRow | tuple[int, str, int, int, bytes]]) -> None:
         self.conn.executemany(

@@ -1,0 +1,209 @@
+"""Embedding off the write path (issue 10): a background worker fills vectors in large batches.
+
+Pipeline layer. Writes commit text, edges and lexical postings without vectors; the queue is
+the store itself — the live chunks without a current vector for the embedder's model
+(``store.chunks_missing_embedding``) — so a crash or a ``kill -9`` loses no queued work and
+the next open resumes it. One daemon thread per ``Views``:
+
+* reads a batch of the queue (store lock only, a fast indexed query),
+* encodes it **outside** every lock (the slow part; searches and writes go on),
+* stores the vectors in one transaction under the in-process lock and, after commit, adds the
+  still-current ones to the in-memory vector index if it is loaded.
+
+A vector is stored with the hash of the text it was computed from, so a text changed while it
+was being encoded stays in the queue (never a stale vector). ``wait(timeout)`` blocks until the
+queue was seen empty after the call began; ``stop()`` ends the thread after its current batch
+(the rest of the queue stays for the next open). Failures of the embedder are logged, kept in
+``error`` and re-raised by ``wait``; the next ``kick`` tries again.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from .semantic import blob_to_vector
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .views import Views
+
+__all__ = ["EmbeddingWorker", "Progress", "embed_pending"]
+
+logger = logging.getLogger("causalmem")
+
+#: progress callback: (done, total) after each batch
+Progress = Callable[[int, int], None]
+
+
+def _embed_batch(views: "Views", batch: list[tuple[int, str]], stopping: Callable[[], bool] = lambda: False) -> int:
+    """Encode ``batch`` (no lock held) and store it; returns how many vectors were stored."""
+    emb = views.embedder
+    if emb is None or not batch:
+        return 0
+    vecs = np.asarray(emb.encode([t for _, t in batch]), dtype=np.float32)
+    if stopping():
+        return 0
+    with views.write() as fx:
+        views.store_vectors([(nid, t, v) for (nid, t), v in zip(batch, vecs)])
+        views.vectors_stored(fx, [nid for nid, _ in batch], emb.model_name, emb.dim)
+    return len(batch)
+
+
+def embed_pending(views: "Views", *, batch_size: int = 256, progress: Progress | None = None,
+                  stopping: Callable[[], bool] = lambda: False) -> int:
+    """Embed the whole queue in the calling thread (``reembed``/backfill); returns how many.
+
+    One pass at a time per ``Views`` (the worker and ``reembed`` never encode the same rows twice)."""
+    with views.embed_lock:
+        return _embed_pending(views, batch_size, progress, stopping)
+
+
+def _embed_pending(views: "Views", batch_size: int, progress: Progress | None,
+                   stopping: Callable[[], bool]) -> int:
+    emb = views.embedder
+    if emb is None:
+        return 0
+    # queue reads under the in-process lock: a write holds it for its whole transaction, so the
+    # shared connection never shows this thread another thread's uncommitted rows
+    todo = 0
+    if progress is not None:  # a full count: only when someone shows progress
+        with views.lock:
+            total, have = views.store.embedding_backlog(emb.model_name)
+        todo = total - have
+    done = 0
+    # rows below the low-water mark were embedded by an earlier pass (nids only grow; a text
+    # update or another process's commit resets the mark), so a pass does not rescan them
+    after = views.embedded_below
+    resets = views.mark_resets
+    if progress is not None:
+        progress(0, todo)
+    while not stopping():
+        with views.lock:
+            batch = views.store.chunks_missing_embedding(emb.model_name, limit=batch_size, after_nid=after)
+        if not batch:
+            break
+        after = batch[-1][0]
+        done += _embed_batch(views, batch, stopping)
+        if progress is not None:
+            progress(done, max(todo, done))
+        logger.debug("embedded %d/%d pending chunks", done, todo)
+    else:
+        return done
+    with views.lock:
+        if views.mark_resets == resets:  # nothing reset the mark meanwhile
+            views.embedded_below = after
+    return done
+
+
+class EmbeddingWorker:
+    """The background embedding thread of one ``Views`` (started on first ``kick``)."""
+
+    def __init__(self, views: "Views", *, batch_size: int = 256, progress: Progress | None = None) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        self.views = views
+        self.batch_size = batch_size
+        self.progress = progress
+        self._cond = threading.Condition()
+        self._kicks = 1  # requests so far (the first: the store may hold an earlier process's queue)
+        self._done = 0  # the queue was empty after this many requests
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        self.embedded = 0  # vectors stored by this worker
+        self._timer: threading.Timer | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def kick_later(self, delay: float) -> None:
+        """Resume the stored queue ``delay`` seconds after open (not on the cold-start path)."""
+        timer = threading.Timer(delay, self.kick)
+        timer.daemon = True
+        self._timer = timer
+        timer.start()
+
+    def kick(self) -> None:
+        """New chunks may be queued: wake (or start) the thread."""
+        with self._cond:
+            if self._stop:
+                return
+            self._kicks += 1
+            self._start_locked()
+
+    def _start_locked(self) -> None:
+        if self._stop:
+            return
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="causalmem-embed", daemon=True)
+            self._thread.start()
+        self._cond.notify_all()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every chunk written before this call has a vector; False on timeout."""
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
+            raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+        with self._cond:
+            want = self._kicks
+            if self._done < want:
+                self._start_locked()
+        with self._cond:
+            self._cond.wait_for(lambda: self._done >= want or self.error is not None or self._stop
+                                or not self.running, timeout)
+            if self.error is not None:
+                err, self.error = self.error, None
+                raise RuntimeError(f"background embedding failed: {err}") from err
+            return self._done >= want
+
+    def stop(self, timeout: float | None = None) -> None:
+        """End the thread after its current batch; the rest of the queue stays in the store."""
+        if self._timer is not None:
+            self._timer.cancel()
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _stopping(self) -> bool:
+        return self._stop
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._done >= self._kicks and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                seen = self._kicks
+            try:
+                n = embed_pending(self.views, batch_size=self.batch_size, progress=self.progress,
+                                  stopping=self._stopping)
+                self.embedded += n
+            except Exception as exc:  # keep the thread alive: the next kick retries
+                if self._stop:  # the store closed under a last batch: nothing is lost
+                    return
+                logger.warning("background embedding failed: %s", exc)
+                with self._cond:
+                    self.error = exc
+                    self._done = seen  # do not spin; a new kick retries
+                    self._cond.notify_all()
+                time.sleep(0.05)
+                continue
+            with self._cond:
+                if not self._stop:
+                    self._done = max(self._done, seen)
+                self._cond.notify_all()
+
+
+def decode_rows(rows: list[tuple[int, bytes]], dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(nids, vectors) of stored (nid, blob) rows."""
+    if not rows:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, dim), dtype=np.float32)
+    return (np.asarray([r[0] for r in rows], dtype=np.int64),
+            np.vstack([blob_to_vector(r[1], dim) for r in rows]))
