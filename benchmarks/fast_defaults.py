@@ -40,7 +40,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
-from store_bench import bench_writes, build_store, texts, vocab  # noqa: E402
+from store_bench import bench_writes, build_store, vocab  # noqa: E402
 
 from causalmem import Memory  # noqa: E402
 

