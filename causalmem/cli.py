@@ -117,6 +117,28 @@ def cmd_sleep(args, out) -> int:
     return 0
 
 
+def cmd_embed(args, out) -> int:
+    """Vectors for every chunk without a current one (the background queue), with a progress bar."""
+    from .memory import Memory
+
+    with Memory(args.db or default_db(), embedder="auto") as mem:
+        if mem.embedder is None:
+            print("causalmem: error: no embedder installed (pip install 'causalmem[onnx]' or '[semantic]')",
+                  file=sys.stderr)
+            return 2
+        width = 30
+
+        def bar(done: int, total: int) -> None:
+            filled = width * done // total if total else width
+            sys.stderr.write(f"\rembedding [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,}")
+            sys.stderr.flush()
+
+        n = mem.reembed(progress=bar)
+        sys.stderr.write("\n")
+        print(f"embedded {n} chunks with {mem.embedder.model_name}", file=out)
+    return 0
+
+
 def cmd_demo(args, out) -> int:
     from .memory import Memory
 
@@ -290,6 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--action", choices=["annotate", "retire"], default="annotate",
                     help="what supersession does to an outdated lesson (default: annotate)")
     sl.set_defaults(func=cmd_sleep)
+    sub.add_parser("embed", help="compute the vectors still missing (writes embed in the background), "
+                   "with a progress bar").set_defaults(func=cmd_embed)
     sub.add_parser("demo", help="build the DevOps example (in a temporary database, or in --db) and query it"
                    ).set_defaults(func=cmd_demo)
     ex = sub.add_parser("export", help="write the whole memory to a versioned JSON-lines file (backup, move)")

@@ -1,8 +1,7 @@
 """Embedding off the write path (issue 10): a background worker fills vectors in large batches.
 
 Views layer (it keeps the vector view filled). Writes commit text, edges and lexical postings
-without vectors; the queue is
-the store itself — the live chunks without a current vector for the embedder's model
+without vectors; the queue is the store itself — the live chunks without a current vector for the embedder's model
 (``store.chunks_missing_embedding``) — so a crash or a ``kill -9`` loses no queued work and
 the next open resumes it. One daemon thread per ``Views``:
 
@@ -19,8 +18,10 @@ queue was seen empty after the call began; ``stop()`` ends the thread after its 
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
+import weakref
 import time
 from typing import TYPE_CHECKING, Callable
 
@@ -37,6 +38,17 @@ logger = logging.getLogger("causalmem")
 
 #: progress callback: (done, total) after each batch
 Progress = Callable[[int, int], None]
+#: texts per encode call inside a batch (the worker checks for a stop between them)
+_SUB_BATCH = 64
+#: live workers, stopped at interpreter exit: a daemon thread killed inside a native encoder
+#: (onnxruntime, torch) aborts the process instead of exiting cleanly
+_WORKERS: "weakref.WeakSet[EmbeddingWorker]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all_workers() -> None:
+    for worker in list(_WORKERS):
+        worker.stop(timeout=30)
 
 
 def _embed_batch(views: "Views", batch: list[tuple[int, str]], stopping: Callable[[], bool] = lambda: False) -> int:
@@ -44,9 +56,12 @@ def _embed_batch(views: "Views", batch: list[tuple[int, str]], stopping: Callabl
     emb = views.embedder
     if emb is None or not batch:
         return 0
-    vecs = np.asarray(emb.encode([t for _, t in batch]), dtype=np.float32)
-    if stopping():
-        return 0
+    parts = []
+    for i in range(0, len(batch), _SUB_BATCH):  # sub-batches: a stop (close, exit) waits for one only
+        parts.append(np.asarray(emb.encode([t for _, t in batch[i:i + _SUB_BATCH]]), dtype=np.float32))
+        if stopping():
+            return 0
+    vecs = np.vstack(parts)
     with views.write() as fx:
         views.store_vectors([(nid, t, v) for (nid, t), v in zip(batch, vecs)])
         views.vectors_stored(fx, [nid for nid, _ in batch], emb.model_name, emb.dim)
@@ -115,6 +130,7 @@ class EmbeddingWorker:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.embedded = 0  # vectors stored by this worker
+        _WORKERS.add(self)
         self._timer: threading.Timer | None = None
 
     @property

@@ -210,3 +210,17 @@ def test_default_model_end_to_end(db_path):
         mem.flush()
         hits = mem.search("computer would not start up", channels=("semantic",), top_k=1, reinforce=False)
         assert hits[0].text == "the machine failed to boot"
+
+
+def test_cli_embed_shows_progress_and_fills_the_queue(db_path, capsys):
+    from causalmem.cli import main
+
+    with Memory(db_path, embedder=None) as mem:
+        mem.record_many(pairs(10))
+    with Memory(db_path) as mem:
+        if mem.embedder is None:
+            pytest.skip("no packaged model installed")
+    assert main(["--db", str(db_path), "embed"]) == 0
+    captured = capsys.readouterr()
+    assert "embedding [" in captured.err and "20/20" in captured.err
+    assert counts(db_path)[2] == 20

@@ -144,6 +144,7 @@ class CausalMemory(_AutogenMemory, Component[CausalMemoryConfig]):
 
         def run() -> list[MemoryContent]:
             mem = self._amem.memory
+            mem.wait_embedded()  # AutoGen memories embed on add: a query sees every vector written before it
             sc = self._scope
             hits = mem.search(text, top_k=top_k, user_id=sc["user_id"], agent_id=sc["agent_id"], run_id=sc["run_id"])
             out = []

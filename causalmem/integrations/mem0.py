@@ -337,6 +337,7 @@ class Memory:
             raise ValueError("rerank is not supported: causalmem's fusion already ranks")
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
+        self.memory.wait_embedded()  # mem0 embeds on add: a search sees every vector written before it
         hits = self.memory.search(query, top_k=min(n, self.memory.config.max_top_k), metadata=meta,
                                   explain=explain, **scope)
         out = []
