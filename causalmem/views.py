@@ -129,10 +129,15 @@ class Views:
         return np.asarray(emb.encode(list(texts)), dtype=np.float32)
 
     def encode_query(self, query: str) -> np.ndarray | None:
-        """The query's vector (1 x dim) from the LRU of query vectors; None without an embedder."""
+        """The query's vector (1 x dim) from the LRU of query vectors; None without an embedder, and
+        None while no vector of the model is stored (a fresh store's first search loads no model)."""
         emb = self.embedder
         if emb is None:
             return None
+        if self.vectors is None or not len(self.vectors):
+            with self.lock:
+                if not self.store.has_embeddings(emb.model_name):
+                    return None
         return self.query_cache.get(emb, query)[None, :]
 
     def store_vectors(self, items: Sequence[tuple[int, str, np.ndarray]]) -> None:

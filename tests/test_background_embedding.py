@@ -224,3 +224,19 @@ def test_cli_embed_shows_progress_and_fills_the_queue(db_path, capsys):
     captured = capsys.readouterr()
     assert "embedding [" in captured.err and "20/20" in captured.err
     assert counts(db_path)[2] == 20
+
+
+def test_first_search_of_a_store_without_vectors_encodes_nothing(db_path, monkeypatch):
+    from causalmem import views
+
+    monkeypatch.setattr(views, "RESUME_DELAY_S", 60.0)  # the resumed queue must not start before the search
+    emb = BagEmbedder()
+    with Memory(db_path, embedder=None) as mem:
+        mem.record_many(pairs(20))
+    with Memory(db_path, embedder=emb) as mem:
+        hits = mem.search("deploy 3 without tests", top_k=3, reinforce=False)
+        assert hits and emb.texts == 0  # no vector stored yet: the query is not encoded
+        mem.flush()
+        n = emb.texts
+        hits = mem.search("deploy 3 without tests", top_k=3, reinforce=False, explain=True)
+        assert emb.texts == n + 1 and hits[0].signals["cosine"] is not None

@@ -522,6 +522,9 @@ class StoreBackend(Protocol):
         This *is* the background embedding queue: a write commits chunks without vectors,
         so a crash never loses queued work. ``limit``/``after_nid`` page through it."""
 
+    def has_embeddings(self, model: str) -> bool:
+        """True when at least one vector of ``model`` is stored (an indexed existence check)."""
+
     def embedding_backlog(self, model: str) -> tuple[int, int]:
         """(live chunks, live chunks with a current vector for ``model``)."""
 

@@ -1164,6 +1164,9 @@ class SQLiteStore:
             "WHERE c.nid > ? AND c.valid_to IS NULL AND (e.nid IS NULL OR e.model != ? OR e.text_hash != c.text_hash) "
             "ORDER BY c.nid LIMIT ?", (int(after_nid), model, -1 if limit is None else int(limit)))
 
+    def has_embeddings(self, model: str) -> bool:
+        return bool(self.query("SELECT EXISTS (SELECT 1 FROM embeddings WHERE model = ?)", (model,))[0][0])
+
     def embedding_backlog(self, model: str) -> tuple[int, int]:
         row = self.query(
             "SELECT COUNT(*), COUNT(e.nid) FROM chunks c LEFT JOIN embeddings e ON e.nid = c.nid "
