@@ -111,6 +111,7 @@ def build(g: dict, embedder: Any, *, conversations: bool = True, graph: bool = T
                 mem.add(n["action"], user_id=user, session_id="graph")
         for i, a in actions.items():
             text_nodes[a].add(i)
+    mem.flush()  # vectors are computed in the background; the eval asks with every vector present
     return mem, user, text_nodes
 
 

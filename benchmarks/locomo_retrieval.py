@@ -147,6 +147,7 @@ def build_memory(conv: dict, embedder: Any, config: Config | None = None) -> tup
     for session_id, when, turns in conv["sessions"]:
         for chunk in mem.add(turns, user_id=conv["id"], session_id=session_id, event_time=when):
             dia_of[chunk.id] = chunk.metadata["dia_id"]
+    mem.flush()  # vectors are computed in the background; the eval asks with every vector present
     return mem, dia_of
 
 
