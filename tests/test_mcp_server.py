@@ -290,6 +290,12 @@ def test_streamable_http_on_loopback_with_default_semantic_channel(tmp_path):
                     out["tools"] = {t.name for t in (await c.list_tools()).tools}
                     await c.call_tool("add_messages", {"messages": "I pointed DNS at the new cluster too early",
                                                        "user_id": "nate"})
+                    # vectors are computed in the background: wait until the stats show them
+                    while True:
+                        st = _data(await c.call_tool("stats", {}))
+                        if st["embeddings"] >= st["chunks"]:
+                            break
+                        await anyio.sleep(0.1)
                     out["search"] = _data(await c.call_tool("search", {"query": "why did the outage happen?",
                                                                        "user_id": "nate", "explain": True}))
                     out["stats"] = _data(await c.call_tool("stats", {}))

@@ -239,6 +239,7 @@ def test_semantic_channel_with_packaged_model(embedder, clock):
         mem.add(["The database server ran out of disk space overnight.",
                  "We adopted a puppy named Biscuit.",
                  "My favourite food is spicy ramen."], user_id="u", session_id="s")
+        mem.flush()  # vectors are computed in the background
         hits = mem.search("storage full on the DB machine", user_id="u", channels=("semantic",), explain=True,
                           reinforce=False)
         assert hits[0].text == "The database server ran out of disk space overnight."
