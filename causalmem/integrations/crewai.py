@@ -140,6 +140,7 @@ class CausalMemStorage:
         if text is None:
             raise ValueError("CausalMemStorage.search got a vector its embedder did not produce: give CrewAI "
                              "embedder=storage.embedder so the query text reaches causalmem's hybrid search")
+        self.memory.wait_embedded()  # CrewAI embeds on save: a search sees every vector saved before it
         hits = self.memory.search(text, top_k=max(1, min(int(limit), self.memory.config.max_top_k)),
                                   agent_id=self.agent_id,
                                   metadata=self._spec(scope_prefix, categories, metadata_filter))
