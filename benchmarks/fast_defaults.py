@@ -192,15 +192,17 @@ def main() -> None:
                 mem.record_many(list(zip(sentences(rng, k), [s + " outcome" for s in sentences(rng, k)])))
             mem.flush()
             build_s = time.perf_counter() - t
-            qs = [" ".join(s.split()[:4]) for s in sentences(rng, args.queries)]
+            # distinct queries (a sentence shape plus a random word): the query-vector LRU never hits
+            qs = [f"{' '.join(s.split()[:-1])} {words[int(rng.integers(len(words)))]}"
+                  for s in sentences(rng, args.queries)]
             p50, p95 = latency(mem, qs)
             mem._views.query_cache.clear()
             p50n, p95n = latency(mem, qs, channels=("lexical", "graph"))
             emb = repr(mem.embedder)
             mem.close()
             row(f"`search` with the model, {n:,} chunks embedded with the real model ({emb}; built + embedded "
-                f"in {build_s:.0f} s)", f"p50 {p50:.2f} ms, p95 {p95:.2f} ms (query vectors LRU-cached after "
-                f"the first use)", f"lexical+graph only p50 {p50n:.2f} ms", "≤ 10 ms p50")
+                f"in {build_s:.0f} s)", f"p50 {p50:.2f} ms, p95 {p95:.2f} ms ({len(set(qs))} distinct queries: "
+                f"every one encoded)", f"lexical+graph only p50 {p50n:.2f} ms", "≤ 10 ms p50")
             c = cold_start(path, "'auto'", qs[0])
             row(f"open + first search, {n:,} chunks with vectors, fresh process", f"{c['open_search_s']:.2f} s, "
                 f"RSS {c['rss_mb']:.0f} MB", "", "≤ 0.3 s at 100k; RSS ≤ 800 MB at 1M")
