@@ -173,6 +173,23 @@ _OVERRIDE_BOUNDS: dict[str, tuple[float, float]] = {
 }
 
 
+def check_query(query: Any, name: str, task_tag: Any = None) -> None:
+    """A causal query's text (``name``: the argument's public name) and optional task tag."""
+    if not isinstance(query, str):
+        raise TypeError(f"{name} must be a string, got {type(query).__name__}")
+    ingest.check_unicode(query, name)
+    if task_tag is not None:
+        if not isinstance(task_tag, str):
+            raise TypeError(f"task_tag must be a string or None, got {type(task_tag).__name__}")
+        ingest.check_unicode(task_tag, "task_tag")
+
+
+def check_max_depth(max_depth: Any) -> int:
+    if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 1 <= max_depth <= 20:
+        raise ValueError(f"max_depth must be an integer between 1 and 20, got {max_depth!r}")
+    return max_depth
+
+
 def check_spread_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in overrides.items():

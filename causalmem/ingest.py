@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .types import POLARITIES, SOURCES_CONFIDENCE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .store.base import ChunkRow, EdgeRow, StoreBackend
 
 # The polarity guess lives in ``polarity`` (an explicit bilingual lexicon, whole words, negation scope).
 from .polarity import guess_polarity  # noqa: E402,F401  (re-exported: the write path's one guess)
@@ -109,3 +112,25 @@ def normalize_messages(messages: Any) -> list[tuple[str | None, str, dict]]:
     if not out:
         raise ValueError("messages must contain at least one turn")
     return out
+
+
+def require_chunk(store: StoreBackend, chunk_id: Any, name: str = "chunk_id") -> ChunkRow:
+    """The stored row of a public chunk id argument (TypeError/KeyError naming ``name``)."""
+    if not isinstance(chunk_id, str):
+        raise TypeError(f"{name} must be a chunk id string, got {type(chunk_id).__name__}")
+    check_unicode(chunk_id, name)
+    row = store.chunk_row(chunk_id)
+    if row is None:
+        raise KeyError(f"unknown {name} {chunk_id!r}")
+    return row
+
+
+def require_edge(store: StoreBackend, edge_id: Any) -> EdgeRow:
+    """The stored row of a public edge id argument."""
+    if not isinstance(edge_id, str):
+        raise TypeError(f"edge_id must be an edge id string, got {type(edge_id).__name__}")
+    check_unicode(edge_id, "edge_id")
+    row = store.edge_row(edge_id)
+    if row is None:
+        raise KeyError(f"unknown edge_id {edge_id!r}")
+    return row

@@ -7,22 +7,18 @@ queries to ``causal``, retrieval to ``retrieval``, learning to ``learning``, sle
 from __future__ import annotations
 
 import datetime as _dt
-import functools
-import inspect
-import logging
 import os
 import threading
 import time
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from . import causal, consolidation, ingest, learning, retrieval
+from . import causal, consolidation, ingest, portable, retrieval
 from . import write as w
 from .chunks import ChunkTable
 from .config import Config
-from .errors import ConfigurationError, StoreError
+from .errors import ConfigurationError, guard_public_methods
 from .projection import Projection
 from .store import Store
-from .store.base import ChunkRow, EdgeRow
 from .types import SOURCES_CONFIDENCE, Activation, AddResult, Chunk, Edge, Hit, InterventionReport, Relation, \
     SleepReport, check_clock_value, to_timestamp
 from .views import Views
@@ -31,8 +27,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .semantic import Embedder, VectorIndex
 
 __all__ = ["Memory"]
-
-log = logging.getLogger("causalmem")
 
 
 class Memory:
@@ -73,25 +67,14 @@ class Memory:
 
         Chunks still waiting for a vector stay queued in the store (the next open embeds them);
         ``drain=True`` first waits until the background worker embedded them all."""
-        self._views.stop_worker(drain=drain)  # outside the lock: the worker's last batch needs it
-        with self._lock:
-            if getattr(self._store, "_closed", False):
-                return
-            try:
-                self._views.flush_reinforcement(wait=True)
-            except StoreError as exc:
-                self._views.drop_reinforcement(str(exc))
-            finally:
-                self._store.close()
+        self._views.close(drain=drain)
 
     def flush(self) -> int:
         """Finish what runs behind the writes: wait until every chunk written so far has its vector
         (the background embedding; no-op without an embedder), then write the reinforcement queued
         by searches (normally done by the next write, a size or time threshold, or ``close``);
         returns how many searches the reinforcement covered."""
-        self._views.wait_embedded(None)  # outside the lock: the worker needs it to store vectors
-        with self._lock:
-            return self._views.flush_reinforcement(wait=True)
+        return self._views.flush()
 
     @property
     def read_only(self) -> bool:
@@ -131,24 +114,6 @@ class Memory:
     def _vector_index(self) -> "VectorIndex | None":
         return self._views.vector_index()
 
-    def _require_chunk(self, chunk_id: Any, name: str = "chunk_id") -> ChunkRow:
-        if not isinstance(chunk_id, str):
-            raise TypeError(f"{name} must be a chunk id string, got {type(chunk_id).__name__}")
-        ingest.check_unicode(chunk_id, name)
-        row = self._store.chunk_row(chunk_id)
-        if row is None:
-            raise KeyError(f"unknown {name} {chunk_id!r}")
-        return row
-
-    def _require_edge(self, edge_id: Any) -> EdgeRow:
-        if not isinstance(edge_id, str):
-            raise TypeError(f"edge_id must be an edge id string, got {type(edge_id).__name__}")
-        ingest.check_unicode(edge_id, "edge_id")
-        row = self._store.edge_row(edge_id)
-        if row is None:
-            raise KeyError(f"unknown edge_id {edge_id!r}")
-        return row
-
     # ------------------------------------------------------------------ writes
     def record_decision(self, decision: str, outcome: str, *, relation: str = "caused",
                         source: str = "llm_inferred", confidence: float | None = None,
@@ -175,8 +140,8 @@ class Memory:
         conf = ingest.check_confidence(SOURCES_CONFIDENCE.get(source, 0.6) if confidence is None else confidence)
         polarity = ingest.check_polarity(polarity)
         with self._views.write() as fx:
-            s = self._require_chunk(src_chunk_id, "src_chunk_id")
-            d = self._require_chunk(dst_chunk_id, "dst_chunk_id")
+            s = ingest.require_chunk(self._store, src_chunk_id, "src_chunk_id")
+            d = ingest.require_chunk(self._store, dst_chunk_id, "dst_chunk_id")
             edge_id = w.link(self._views, fx, s, d, rel, Relation.subtype_of(relation), confidence=conf,
                              source=source, polarity=polarity, task_tag=task_tag)
         return self.get_edge(edge_id)
@@ -196,7 +161,7 @@ class Memory:
     def invalidate(self, edge_id: str, reason: str | None = None) -> Edge:
         """Soft-invalidate an edge: kept in the store, skipped by every query."""
         with self._views.write() as fx:
-            row = self._require_edge(edge_id)
+            row = ingest.require_edge(self._store, edge_id)
             if row.valid_to is not None:
                 raise ValueError(f"edge {edge_id!r} is already invalid "
                                  f"(since {row.valid_to:.3f}, reason: {row.invalid_reason or 'none'})")
@@ -207,13 +172,13 @@ class Memory:
     def restore(self, edge_id: str) -> Edge:
         """Undo an invalidation or a supersession of an edge."""
         with self._views.write() as fx:
-            w.restore_edge(self._views, fx, self._require_edge(edge_id))
+            w.restore_edge(self._views, fx, ingest.require_edge(self._store, edge_id))
         return self.get_edge(edge_id)
 
     def delete(self, chunk_id: str) -> None:
         """Soft-delete a chunk: never returned again; its edges stop spreading at once."""
         with self._views.write() as fx:
-            row = self._require_chunk(chunk_id)
+            row = ingest.require_chunk(self._store, chunk_id)
             if row.valid_to is not None:
                 raise ValueError(f"chunk {chunk_id!r} is already deleted")
             w.delete_chunk(self._views, fx, row.nid)
@@ -233,15 +198,7 @@ class Memory:
             raise TypeError(f"purge must be True or False, got {type(purge).__name__}")
         if scope == (None, None, None):
             raise ValueError("delete_all needs user_id, agent_id or run_id (refusing to delete everything)")
-        filters = {k: v for k, v in zip(("user_id", "agent_id", "run_id"), scope) if v is not None}
-        with self._views.write() as fx:
-            n = w.purge_scope(self._views, fx, filters) if purge else w.delete_scope(self._views, fx, filters)
-        if purge:
-            with self._lock:
-                if not self._store.compact():
-                    log.warning("causalmem: %s: purged, but another connection kept the write-ahead log in use; "
-                                "the freed pages are zeroed, the log is emptied at its next checkpoint", self.path)
-        return n
+        return w.delete_all(self._views, scope, purge=purge)
 
     def update(self, chunk_id: str, text: str | None = None, *, metadata: Mapping[str, Any] | None = None) -> Chunk:
         """Replace a chunk's text (re-indexed and re-embedded; the old text stays in ``history``) and/or
@@ -253,12 +210,12 @@ class Memory:
         if metadata is not None:
             metadata = w.check_metadata(metadata)
         with self._views.write() as fx:  # the new text's vector: the background worker
-            w.update_chunk(self._views, fx, self._require_chunk(chunk_id), text, None, metadata)
+            w.update_chunk(self._views, fx, ingest.require_chunk(self._store, chunk_id), text, None, metadata)
         return self.get(chunk_id)
 
     def history(self, chunk_id: str) -> list[dict[str, Any]]:
         """Events of a chunk: create, update (old → new text), delete; oldest first."""
-        return retrieval.chunk_history(self._store, self._require_chunk(chunk_id))
+        return retrieval.chunk_history(self._store, ingest.require_chunk(self._store, chunk_id))
 
     def add(self, messages: Any, *, user_id: str | None = None, agent_id: str | None = None,
             run_id: str | None = None, session_id: str | None = None, metadata: Mapping[str, Any] | None = None,
@@ -281,16 +238,8 @@ class Memory:
             raise ConfigurationError(
                 "add(..., infer=True) needs an LLM distiller: pass Memory(distiller=LLMDistiller(...)) or set "
                 "CAUSALMEM_LLM_BASE_URL and use causalmem.LLMDistiller.from_env()")
-        distilled, skipped, error = w.distill(self.distiller, turns) if infer else ([], [], None)
-        session = session_id or w.new_session_id()
-        rows = w.turn_rows(turns, scope=scope, session=session, metadata=metadata, event_time=et,
-                           q_init=self.config.q_init)
-        with self._views.write() as fx:
-            chunks = w.add_turns(self._views, fx, rows, scope, session, None)
-            not_stored = w.apply_distilled(self._views, fx, distilled, scope, et) if distilled else []
-            self._views.count_write(fx)
-        return AddResult(chunks, distilled=len(distilled) - len(not_stored), distill_skipped=skipped + not_stored,
-                         distill_error=error)
+        return w.add_messages(self._views, turns, distiller=self.distiller, infer=infer, scope=scope,
+                              session_id=session_id, metadata=metadata, event_time=et)
 
     # ------------------------------------------------------------------ backup and move
     def export(self, path: str | os.PathLike[str] | IO[str], *, vectors: bool = False) -> int:
@@ -298,38 +247,13 @@ class Memory:
         their history, edges with validity, supersession and evidence, facts, Q-values,
         co-occurrence, decay bookkeeping and, with ``vectors=True``, the stored embeddings.
         Returns the number of lines. Queued search reinforcement is written first."""
-        from . import portable
-
-        if not isinstance(vectors, bool):
-            raise TypeError(f"vectors must be True or False, got {type(vectors).__name__}")
-        fh, owned = portable.open_text(path, "w")
-        try:
-            with self._lock:
-                self._views.flush_reinforcement(wait=False)
-                header = {"schema_version": self._store.user_version(), "exported_at": time.time(),
-                          "vectors": vectors, "counts": self._store.counts()}
-                return portable.write_dump(self._store.export_records(vectors=vectors), fh, header=header)
-        finally:
-            if owned:
-                fh.close()
+        return portable.export_memory(self._views, path, vectors=vectors)
 
     def import_(self, path: str | os.PathLike[str] | IO[str]) -> dict[str, int]:
         """Load a file written by ``export`` in one transaction: every line is checked first, a bad
         one raises ``ValueError`` naming its line and nothing is written. Ids must not exist here
         yet (import into an empty memory, or one that shares no ids). Returns counts by type."""
-        from . import portable
-
-        fh, owned = portable.open_text(path, "r")
-        try:
-            records = portable.read_dump(fh, existing_ids=self._store.existing_ids)
-        finally:
-            if owned:
-                fh.close()
-        with self._views.write() as fx:
-            counts = self._store.import_records(records)
-            self._views.purged(fx)  # rebuild every view from the store
-            self._views.count_write(fx)
-        return counts
+        return portable.import_memory(self._views, path)
 
     # ------------------------------------------------------------------ reads
     def get_all(self, filters: Mapping[str, Any] | None = None, *, limit: int = 100,
@@ -339,30 +263,19 @@ class Memory:
         return retrieval.list_chunks(self._store, {**(filters or {}), **kwargs}, metadata, limit)
 
     def get(self, chunk_id: str) -> Chunk:
-        return self._require_chunk(chunk_id).to_chunk()
+        return ingest.require_chunk(self._store, chunk_id).to_chunk()
 
     def get_edge(self, edge_id: str) -> Edge:
-        return self._require_edge(edge_id).to_edge()
+        return ingest.require_edge(self._store, edge_id).to_edge()
 
     def edges(self, chunk_id: str | None = None, *, valid_only: bool = True) -> list[Edge]:
-        nid = None if chunk_id is None else self._require_chunk(chunk_id).nid
+        nid = None if chunk_id is None else ingest.require_chunk(self._store, chunk_id).nid
         return [r.to_edge() for r in self._store.edge_rows(nid=nid, valid_only=valid_only)]
 
     def stats(self, *, user_id: str | None = None, agent_id: str | None = None,
               run_id: str | None = None) -> dict[str, Any]:
         """Counts of chunks, edges, pairs, facts and vectors (of one scope if any filter is given)."""
-        scope = w.check_scope(user_id, agent_id, run_id)
-        with self._lock:
-            if scope == (None, None, None):
-                c: dict[str, Any] = dict(self._store.counts())
-            else:
-                c = dict(self._store.scoped_counts(
-                    {k: v for k, v in zip(("user_id", "agent_id", "run_id"), scope) if v is not None}))
-            c["path"] = self.path
-            c["schema_version"] = self._store.user_version()
-            c["graph_rebuilds"] = self._views.projection.rebuilds
-            c["embedder"] = self._views.embedder_name
-            return c
+        return retrieval.stats(self._views, w.scope_filters(w.check_scope(user_id, agent_id, run_id)))
 
     # ------------------------------------------------------------------ causal queries
     def search_causal(self, query: str, *, limit: int = 5, task_tag: str | None = None,
@@ -384,14 +297,7 @@ class Memory:
     def _causal(self, query: Any, reverse: bool, limit: Any, task_tag: str | None, scope: tuple[Any, Any, Any],
                 include_seeds: bool, overrides: Mapping[str, Any]) -> list[Activation]:
         sc = w.check_scope(*scope)
-        name = "outcome" if reverse else "query"
-        if not isinstance(query, str):
-            raise TypeError(f"{name} must be a string, got {type(query).__name__}")
-        ingest.check_unicode(query, name)
-        if task_tag is not None:
-            if not isinstance(task_tag, str):
-                raise TypeError(f"task_tag must be a string or None, got {type(task_tag).__name__}")
-            ingest.check_unicode(task_tag, "task_tag")
+        causal.check_query(query, "outcome" if reverse else "query", task_tag)
         limit = ingest.check_limit(limit)
         overrides = causal.check_spread_overrides(overrides)
         with self._lock:
@@ -401,12 +307,9 @@ class Memory:
     def intervention_query(self, action: str, *, max_depth: int = 3, limit: int = 5, user_id: str | None = None,
                            agent_id: str | None = None, run_id: str | None = None) -> InterventionReport:
         """Predict what doing ``action`` again leads to, with causal chains and a risk label."""
-        if not isinstance(action, str):
-            raise TypeError(f"action must be a string, got {type(action).__name__}")
-        ingest.check_unicode(action, "action")
+        causal.check_query(action, "action")
         limit = ingest.check_limit(limit)
-        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 1 <= max_depth <= 20:
-            raise ValueError(f"max_depth must be an integer between 1 and 20, got {max_depth!r}")
+        max_depth = causal.check_max_depth(max_depth)
         sc = w.check_scope(user_id, agent_id, run_id)
         with self._lock:
             return causal.intervention(self._views, action, max_depth=max_depth, limit=limit, scope=sc)
@@ -444,16 +347,7 @@ class Memory:
             raise TypeError(f"reward must be a number in [-1, 1], got {type(reward).__name__}")
         if not -1.0 <= reward <= 1.0 or reward != reward:  # compares ints exactly: no float overflow
             raise ValueError(f"reward must be in [-1, 1], got {reward if abs(reward) < 1e30 else 'a huge number'}")
-        with self._views.write() as fx:
-            if not isinstance(chunk_id, str):
-                raise TypeError(f"chunk_id must be a chunk id string, got {type(chunk_id).__name__}")
-            ingest.check_unicode(chunk_id, "chunk_id")
-            nid = self._store.nid_of(chunk_id)
-            if nid is None:
-                raise KeyError(f"unknown chunk_id {chunk_id!r}")
-            q = learning.apply_feedback(self._store, nid, float(reward), self.config)
-            self._views.q_changed(fx, nid, q)
-        return q
+        return w.feedback(self._views, chunk_id, float(reward))
 
     def sleep(self, *, dry_run: bool = False, now: float | _dt.datetime | None = None, judge: Any = None,
               min_diversity: float = 0.0, action: str = "annotate", progress: bool = False,
@@ -466,24 +360,10 @@ class Memory:
         (``SleepReport.judge_deferred``), verdicts whose edges changed meanwhile are not applied.
         """
         ts = check_clock_value(now, "now") if now is not None else self.now()
-        budget = self.config.sleep_llm_budget if llm_budget is None else llm_budget
-        judge = consolidation.check_sleep_args(now=ts, judge=judge or self.judge, min_diversity=min_diversity,
-                                               action=action, llm_budget=budget)
-        verdicts = None
-        with self._lock:
-            self._views.sync_external()
-            plan = consolidation.plan_slow_judging(self._store, judge, min_diversity=min_diversity,
-                                                    retire=action == "retire")
-        if plan is not None:  # never hold the lock across a network call
-            verdicts = consolidation.ask_judge(judge, plan, budget=budget)
-        with self._lock:
-            self._views.sync_external()
-            report = consolidation.sleep(self._store, config=self.config, now=ts, dry_run=dry_run, judge=judge,
-                                         min_diversity=min_diversity, action=action, progress=progress,
-                                         llm_budget=budget, verdicts=verdicts)
-            if not dry_run:  # Q-values, retired edges, merged chunks: re-read, patch indexes by difference
-                self._views.after_bulk_change()
-            return report
+        return consolidation.sleep_memory(
+            self._views, now=ts, judge=judge or self.judge, dry_run=dry_run, min_diversity=min_diversity,
+            action=action, progress=progress,
+            llm_budget=self.config.sleep_llm_budget if llm_budget is None else llm_budget)
 
     def last_sleep_report(self) -> dict[str, Any] | None:
         """Counts of the last committed ``sleep()`` (``now``: when it ran), or None before the first."""
@@ -498,22 +378,6 @@ class Memory:
 
         return subgraph(self, query_or_ids, depth=depth, direction=direction, limit=limit, **kwargs)
 
-def _backend_errors_as_store_errors(cls: type) -> type:
-    """Every public method: a raw backend error (disk full, damaged page, lock) surfaces as a
-    ``StoreError`` naming the file, never as the driver's own exception."""
-    for name, fn in list(vars(cls).items()):
-        if name.startswith("_") or not inspect.isfunction(fn):
-            continue
 
-        def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-            @functools.wraps(fn)
-            def method(self: "Memory", *args: Any, **kwargs: Any) -> Any:
-                with self._store.errors():
-                    return fn(self, *args, **kwargs)
-            return method
-
-        setattr(cls, name, wrap(fn))
-    return cls
-
-
-_backend_errors_as_store_errors(Memory)
+# every public method: a raw backend error surfaces as a StoreError naming the file
+guard_public_methods(Memory, lambda mem: mem._store.errors())

@@ -23,9 +23,13 @@ import io
 import json
 import math
 import os
-from typing import IO, Any, Callable, Iterator, Mapping
+import time
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from .types import POLARITIES, Relation
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .views import Views
 
 __all__ = ["FORMAT", "VERSION", "write_dump", "read_dump", "DumpError"]
 
@@ -251,3 +255,34 @@ def open_text(target: Any, mode: str) -> tuple[IO[str], bool]:
     if isinstance(target, io.TextIOBase) or (hasattr(target, "write" if "w" in mode else "read")):
         return target, False
     raise TypeError(f"path must be a file path or a text stream, got {type(target).__name__}")
+
+
+def export_memory(views: Views, path: str | os.PathLike[str] | IO[str], *, vectors: bool) -> int:
+    """``Memory.export``: queued reinforcement first, then one header line and every record."""
+    if not isinstance(vectors, bool):
+        raise TypeError(f"vectors must be True or False, got {type(vectors).__name__}")
+    fh, owned = open_text(path, "w")
+    try:
+        with views.lock:
+            views.flush_reinforcement(wait=False)
+            header = {"schema_version": views.store.user_version(), "exported_at": time.time(),
+                      "vectors": vectors, "counts": views.store.counts()}
+            return write_dump(views.store.export_records(vectors=vectors), fh, header=header)
+    finally:
+        if owned:
+            fh.close()
+
+
+def import_memory(views: Views, path: str | os.PathLike[str] | IO[str]) -> dict[str, int]:
+    """``Memory.import_``: check every line, then load all in one transaction and rebuild the views."""
+    fh, owned = open_text(path, "r")
+    try:
+        records = read_dump(fh, existing_ids=views.store.existing_ids)
+    finally:
+        if owned:
+            fh.close()
+    with views.write() as fx:
+        counts = views.store.import_records(records)
+        views.purged(fx)  # rebuild every view from the store
+        views.count_write(fx)
+    return counts

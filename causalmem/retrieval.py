@@ -493,3 +493,14 @@ def chunk_history(store: StoreBackend, row: ChunkRow) -> list[dict[str, Any]]:
               for h in store.history(row.nid)]
     first_text = next((e["old_text"] for e in events if e["event"] == "update"), row.text)
     return [{"event": "create", "old_text": None, "new_text": first_text, "at": row.created_at}] + events
+
+
+def stats(views: Views, filters: Mapping[str, str]) -> dict[str, Any]:
+    """``Memory.stats``: the store's counts (of one scope if ``filters``), file, schema, rebuilds, embedder."""
+    with views.lock:
+        c: dict[str, Any] = dict(views.store.scoped_counts(filters) if filters else views.store.counts())
+        c["path"] = views.store.path
+        c["schema_version"] = views.store.user_version()
+        c["graph_rebuilds"] = views.projection.rebuilds
+        c["embedder"] = views.embedder_name
+        return c

@@ -181,6 +181,26 @@ class Views:
                 return not self.store.chunks_missing_embedding(emb.model_name, limit=1)
         return worker.wait(timeout)
 
+    def close(self, *, drain: bool = False) -> None:
+        """``Memory.close``: stop the worker (``drain``: after it embedded the queue), write the queued
+        reinforcement (dropped with a log line if the file refuses it), close the store."""
+        self.stop_worker(drain=drain)  # outside the lock: the worker's last batch needs it
+        with self.lock:
+            if getattr(self.store, "_closed", False):
+                return
+            try:
+                self.flush_reinforcement(wait=True)
+            except StoreError as exc:
+                self.drop_reinforcement(str(exc))
+            finally:
+                self.store.close()
+
+    def flush(self) -> int:
+        """``Memory.flush``: wait for every vector, then write the queued reinforcement."""
+        self.wait_embedded(None)  # outside the lock: the worker needs it to store vectors
+        with self.lock:
+            return self.flush_reinforcement(wait=True)
+
     def stop_worker(self, drain: bool = False) -> None:
         """Stop the worker (after draining the queue when ``drain``); the queue stays in the store."""
         if drain:

@@ -13,10 +13,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from . import ingest
+from . import ingest, learning
 from .judges import MAX_DISTILLED_ITEMS, validate_distilled
 from .store.base import ChunkRow, EdgeRow
-from .types import SOURCES_CONFIDENCE, Chunk, Edge, Relation, to_timestamp
+from .types import SOURCES_CONFIDENCE, AddResult, Chunk, Edge, Relation, to_timestamp
 from .views import Effects, NewChunk, NewEdge, Scope, Views
 
 log = logging.getLogger("causalmem")
@@ -35,6 +35,11 @@ _RECORD_KEYS = {"decision", "outcome", "relation", "source", "confidence", "pola
 def check_scope(user_id: Any, agent_id: Any, run_id: Any) -> Scope:
     return (ingest.check_scope_value(user_id, "user_id"), ingest.check_scope_value(agent_id, "agent_id"),
             ingest.check_scope_value(run_id, "run_id"))
+
+
+def scope_filters(scope: Scope) -> dict[str, str]:
+    """The given parts of a scope as store filters (``{}``: no scope)."""
+    return {k: v for k, v in zip(("user_id", "agent_id", "run_id"), scope) if v is not None}
 
 
 def check_metadata(metadata: Any, name: str = "metadata") -> dict[str, Any]:
@@ -302,6 +307,34 @@ def purge_scope(views: Views, fx: Effects, filters: Mapping[str, str | None]) ->
     return n
 
 
+def delete_all(views: Views, scope: Scope, *, purge: bool) -> int:
+    """``Memory.delete_all`` of a checked, non-empty scope: a soft delete, or a purge followed by a
+    rewrite of the file (the bytes leave the disk)."""
+    filters = scope_filters(scope)
+    with views.write() as fx:
+        n = purge_scope(views, fx, filters) if purge else delete_scope(views, fx, filters)
+    if purge:
+        with views.lock:
+            if not views.store.compact():
+                log.warning("causalmem: %s: purged, but another connection kept the write-ahead log in use; "
+                            "the freed pages are zeroed, the log is emptied at its next checkpoint", views.store.path)
+    return n
+
+
+def feedback(views: Views, chunk_id: Any, reward: float) -> float:
+    """``Memory.feedback`` of a checked reward: the chunk's new Q-value, written and indexed."""
+    with views.write() as fx:
+        if not isinstance(chunk_id, str):
+            raise TypeError(f"chunk_id must be a chunk id string, got {type(chunk_id).__name__}")
+        ingest.check_unicode(chunk_id, "chunk_id")
+        nid = views.store.nid_of(chunk_id)
+        if nid is None:
+            raise KeyError(f"unknown chunk_id {chunk_id!r}")
+        q = learning.apply_feedback(views.store, nid, reward, views.config)
+        views.q_changed(fx, nid, q)
+    return q
+
+
 def link(views: Views, fx: Effects, s: ChunkRow, d: ChunkRow, rel: Relation, subtype: str | None, *,
          confidence: float, source: str, polarity: str | None, task_tag: str | None) -> str:
     """A typed edge between two live chunks; returns its id."""
@@ -426,6 +459,23 @@ def add_turns(views: Views, fx: Effects, rows: list[dict[str, Any]], scope: Scop
     return [Chunk(id=c.id, text=r["text"], kind="turn", q_value=r["q_value"], importance=5.0, created_at=now,
                   event_time=r["event_time"], user_id=scope[0], agent_id=scope[1], run_id=scope[2],
                   session_id=session, metadata=r["metadata"]) for c, r in zip(created, rows)]
+
+
+def add_messages(views: Views, turns: Sequence[tuple[str | None, str, Mapping[str, Any]]], *, distiller: Any,
+                 infer: bool, scope: Scope, session_id: str | None, metadata: Mapping[str, Any] | None,
+                 event_time: float | None) -> AddResult:
+    """``Memory.add`` of checked arguments: distil (no lock held), then the turns and what was
+    distilled in one transaction."""
+    distilled, skipped, error = distill(distiller, turns) if infer else ([], [], None)
+    session = session_id or new_session_id()
+    rows = turn_rows(turns, scope=scope, session=session, metadata=metadata, event_time=event_time,
+                     q_init=views.config.q_init)
+    with views.write() as fx:
+        chunks = add_turns(views, fx, rows, scope, session, None)
+        not_stored = apply_distilled(views, fx, distilled, scope, event_time) if distilled else []
+        views.count_write(fx)
+    return AddResult(chunks, distilled=len(distilled) - len(not_stored), distill_skipped=skipped + not_stored,
+                     distill_error=error)
 
 
 def distill(distiller: Any, turns: Sequence[tuple[str | None, str, Mapping[str, Any]]]

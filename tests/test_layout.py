@@ -144,6 +144,16 @@ def test_sql_only_in_store_backends():
     assert not offenders, "SQL outside the store backends:\n" + "\n".join(offenders)
 
 
+MEMORY_LINE_BUDGET = 400
+
+
+def test_memory_facade_stays_within_its_line_budget():
+    """The facade validates, locks and delegates; bodies live in the pipeline modules."""
+    n = len((PKG / "memory.py").read_text(encoding="utf-8").splitlines())
+    assert n <= MEMORY_LINE_BUDGET, (f"causalmem/memory.py has {n} lines (budget {MEMORY_LINE_BUDGET}): move method "
+                                     "bodies into a pipeline module and delegate in one line")
+
+
 _MEMORY_PRIVATE = re.compile(r"\b(mem|memory|self\.memory|self\._memory|self\._mem|m)\._[a-z]\w*")
 
 

@@ -55,12 +55,13 @@ rows that changed (``benchmarks/bench_sleep.py``: 100k edges â‰ˆ 2 s, 1M edges â
 from __future__ import annotations
 
 from .cycle import (ACTIONS, LAST_REPORT_KEY, LAST_SLEEP_KEY, MAX_JUDGE_CALLS, check_sleep_args, last_report,
-                    plan_slow_judging, sleep)
+                    plan_slow_judging, sleep, sleep_memory)
 from .mining import MAX_PATTERN_CANDIDATES, MAX_PATTERN_GROUP, PATTERN_JACCARD, jaccard_pairs, token_diversity
 from .report import _Progress, format_report
 from .supersession import JudgePlan, ask_judge
 
-__all__ = ["sleep", "last_report", "check_sleep_args", "plan_slow_judging", "ask_judge", "JudgePlan", "format_report",
+__all__ = ["sleep", "sleep_memory", "last_report", "check_sleep_args", "plan_slow_judging", "ask_judge", "JudgePlan",
+           "format_report",
            "token_diversity", "jaccard_pairs", "ACTIONS", "LAST_SLEEP_KEY",
            "LAST_REPORT_KEY", "MAX_JUDGE_CALLS", "PATTERN_JACCARD", "MAX_PATTERN_GROUP", "MAX_PATTERN_CANDIDATES",
            "_Progress"]

@@ -5,7 +5,7 @@ import json
 import logging
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,9 +18,12 @@ from .mining import Docs, decision_docs, linked_pairs, mine, token_diversity, un
 from .report import _Progress, _Timer, make_report
 from .supersession import JudgePlan, ask_judge, plan_judging, run_judge, still_current, supersession_pairs
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ..views import Views
+
 log = logging.getLogger("causalmem")
 
-__all__ = ["sleep", "last_report", "check_sleep_args", "plan_slow_judging", "ACTIONS", "LAST_SLEEP_KEY",
+__all__ = ["sleep", "sleep_memory", "last_report", "check_sleep_args", "plan_slow_judging", "ACTIONS", "LAST_SLEEP_KEY",
            "LAST_REPORT_KEY", "MAX_JUDGE_CALLS"]
 
 DAY = 86400.0
@@ -109,6 +112,28 @@ def plan_slow_judging(store: StoreBackend, judge: Any, *, min_diversity: float =
     ch = store.sleep_chunk_arrays()
     return plan_judging(store, judge, supersession_pairs(ex, _alive_lookup(ch, ex), None, retire=retire), ex,
                         limit=MAX_JUDGE_CALLS)
+
+
+def sleep_memory(views: Views, *, now: float, judge: Any, dry_run: bool, min_diversity: float, action: str,
+                 progress: bool, llm_budget: float) -> SleepReport:
+    """``Memory.sleep``: a slow judge is asked with the lock released (its pairs planned under the
+    lock), then one cycle under the lock; the views are patched by difference afterwards."""
+    judge = check_sleep_args(now=now, judge=judge, min_diversity=min_diversity, action=action,
+                             llm_budget=llm_budget)
+    verdicts = None
+    with views.lock:
+        views.sync_external()
+        plan = plan_slow_judging(views.store, judge, min_diversity=min_diversity, retire=action == "retire")
+    if plan is not None:  # never hold the lock across a network call
+        verdicts = ask_judge(judge, plan, budget=llm_budget)
+    with views.lock:
+        views.sync_external()
+        report = sleep(views.store, config=views.config, now=now, dry_run=dry_run, judge=judge,
+                       min_diversity=min_diversity, action=action, progress=progress, llm_budget=llm_budget,
+                       verdicts=verdicts)
+        if not dry_run:  # Q-values, retired edges, merged chunks: re-read, patch indexes by difference
+            views.after_bulk_change()
+        return report
 
 
 def sleep(store: StoreBackend, *, config: Config, now: float, dry_run: bool = False, judge: Any = None,
