@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import logging
 import os
+from types import ModuleType
 
 from . import _spread_py as reference
 
 _IMPORT_ERROR: ImportError | None = None
+compiled: ModuleType | None = None
 if os.environ.get("CAUSALMEM_PURE_PYTHON") == "1":  # debugging switch: force the twin
-    compiled = None
     _IMPORT_ERROR = ImportError("disabled by CAUSALMEM_PURE_PYTHON=1")
 else:
     try:
-        from . import _spread as compiled
+        from . import _spread as _compiled
     except ImportError as exc:  # pragma: no cover - exercised only without a build
-        compiled = None
         _IMPORT_ERROR = exc
         logging.getLogger("causalmem").warning(
             "causalmem: compiled kernels not available (%s); using the pure-Python reference "
@@ -28,6 +28,8 @@ else:
             "compiler and reinstall, for the compiled kernel.",
             exc,
         )
+    else:
+        compiled = _compiled
 
 HAVE_EXTENSION: bool = compiled is not None
 _impl = compiled if compiled is not None else reference

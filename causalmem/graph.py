@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from typing import Any, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Hashable, Iterable, Mapping, Sequence, SupportsIndex, cast
 
 import numpy as np
 
@@ -242,8 +242,8 @@ class CausalGraph:
                 return self._index[node_id]
             except (KeyError, TypeError):
                 raise KeyError(f"unknown node id {node_id!r}") from None
-        try:
-            i = operator.index(node_id)
+        try:  # an integer id (int, numpy integer: anything with __index__); others raise TypeError
+            i = operator.index(cast(SupportsIndex, node_id))
         except TypeError:
             raise KeyError(f"unknown node id {node_id!r}") from None
         if not 0 <= i < self.n_nodes:

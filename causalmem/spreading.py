@@ -123,14 +123,14 @@ def _check_param(name: str, value: Any) -> Any:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         try:
-            v = operator.index(value)
+            n = operator.index(value)
         except TypeError:
             raise ValueError(f"{name} must be an integer, got {value!r}") from None
-        if v < 0:
-            raise ValueError(f"{name} must be >= 0, got {v}")
-        if v > _INT32_MAX:
-            raise ValueError(f"{name} must be <= {_INT32_MAX}, got {v}")
-        return v
+        if n < 0:
+            raise ValueError(f"{name} must be >= 0, got {n}")
+        if n > _INT32_MAX:
+            raise ValueError(f"{name} must be <= {_INT32_MAX}, got {n}")
+        return n
     v = real_number(name, value)
     if abs(v) > _F32_MAX:
         raise ValueError(f"{name} must be within float32 range, got {value!r}")
