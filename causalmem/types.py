@@ -103,7 +103,9 @@ POLARITIES = ("positive", "negative", "mixed", "neutral")
 
 
 @dataclass(frozen=True)
-class Chunk:
+class ChunkFields:
+    """What a chunk is: the fields the public ``Chunk`` and the store's ``ChunkRow`` share."""
+
     id: str
     text: str
     kind: str
@@ -115,6 +117,10 @@ class Chunk:
     agent_id: str | None
     run_id: str | None
     session_id: str | None
+
+
+@dataclass(frozen=True)
+class Chunk(ChunkFields):
     metadata: Mapping[str, Any] = field(default_factory=dict)
     access_count: int = 0
     last_accessed_at: float | None = None
