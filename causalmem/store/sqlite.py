@@ -164,6 +164,28 @@ EDGE_COLS = (
 EDGE_FROM = "edges e JOIN chunks s ON s.nid = e.src JOIN chunks d ON d.nid = e.dst"
 _CHUNK_FILTERS = ("user_id", "agent_id", "run_id", "session_id", "kind")
 
+_CHUNK_EXPORT = ("id", "text", "kind", "q_value", "importance", "created_at", "event_time", "user_id", "agent_id",
+                 "run_id", "session_id", "metadata", "access_count", "last_accessed_at", "valid_to")
+#: what ``export_records`` reads after the meta rows: (record type, query, record keys in column order)
+_EXPORTS = (
+    ("chunk", f"SELECT {', '.join(_CHUNK_EXPORT)} FROM chunks ORDER BY nid", _CHUNK_EXPORT),
+    ("history", "SELECT c.id, h.event, h.old_text, h.new_text, h.at FROM chunk_history h "
+                "JOIN chunks c ON c.nid = h.nid ORDER BY h.hid", ("chunk", "event", "old_text", "new_text", "at")),
+    ("edge", "SELECT e.id, s.id, d.id, e.relation, e.subtype, e.confidence, e.source, e.polarity, e.polarity_origin, "
+             "e.evidence, e.task_tag, e.event_time, e.discovered_at, e.valid_to, e.invalid_reason, e.superseded_by "
+             f"FROM {EDGE_FROM} ORDER BY e.eid",
+     ("id", "src", "dst", "relation", "subtype", "confidence", "source", "polarity", "polarity_origin", "evidence",
+      "task_tag", "event_time", "discovered_at", "valid_to", "invalid_reason", "superseded_by")),
+    ("cooccurrence", "SELECT ca.id, cb.id, o.weight, o.hits, o.updated_at FROM cooccurrence o "
+                     "JOIN chunks ca ON ca.nid = o.a JOIN chunks cb ON cb.nid = o.b ORDER BY o.a, o.b",
+     ("a", "b", "weight", "hits", "updated_at")),
+    ("fact", "SELECT f.key, f.value, c.id, f.user_id, f.agent_id, f.run_id, f.confidence, f.created_at, f.valid_to "
+             "FROM facts f JOIN chunks c ON c.nid = f.nid ORDER BY f.fid",
+     ("key", "value", "chunk", "user_id", "agent_id", "run_id", "confidence", "created_at", "valid_to")),
+    ("embedding", "SELECT c.id, e.model, e.dim, e.text_hash, e.vector FROM embeddings e "
+                  "JOIN chunks c ON c.nid = e.nid ORDER BY e.nid", ("chunk", "model", "dim", "text_hash", "vector")),
+)
+
 
 def _case(column: str, codes: dict[str, int], other: int = 0) -> str:
     whens = " ".join(f"WHEN {column} = '{k}' THEN {v}" for k, v in codes.items())
@@ -937,54 +959,16 @@ class SQLiteStore:
             for key, value in self.conn.execute("SELECT key, value FROM meta ORDER BY key").fetchall():
                 if not key.startswith("purged_max_"):
                     yield "meta", {"key": key, "value": value}
-            cur = self.conn.execute(f"SELECT {CHUNK_COLS} FROM chunks ORDER BY nid")
-            for r in iter(lambda: cur.fetchmany(5000), []):
-                for row in r:
-                    c = ChunkRow._make(row)
-                    yield "chunk", {
-                        "id": c.id, "text": c.text, "kind": c.kind, "q_value": c.q_value, "importance": c.importance,
-                        "created_at": c.created_at, "event_time": c.event_time, "user_id": c.user_id,
-                        "agent_id": c.agent_id, "run_id": c.run_id, "session_id": c.session_id,
-                        "metadata": json.loads(c.metadata) if c.metadata else {}, "access_count": c.access_count,
-                        "last_accessed_at": c.last_accessed_at, "valid_to": c.valid_to}
-            cur = self.conn.execute(
-                "SELECT c.id, h.event, h.old_text, h.new_text, h.at FROM chunk_history h "
-                "JOIN chunks c ON c.nid = h.nid ORDER BY h.hid")
-            for r in iter(lambda: cur.fetchmany(5000), []):
-                for cid, event, old, new, at in r:
-                    yield "history", {"chunk": cid, "event": event, "old_text": old, "new_text": new, "at": at}
-            cur = self.conn.execute(
-                "SELECT e.id, s.id, d.id, e.relation, e.subtype, e.confidence, e.source, e.polarity, "
-                "e.polarity_origin, e.evidence, e.task_tag, e.event_time, e.discovered_at, e.valid_to, "
-                "e.invalid_reason, e.superseded_by FROM " + EDGE_FROM
-                + " ORDER BY e.eid")
-            keys = ("id", "src", "dst", "relation", "subtype", "confidence", "source", "polarity", "polarity_origin",
-                    "evidence", "task_tag", "event_time", "discovered_at", "valid_to", "invalid_reason",
-                    "superseded_by")
-            for r in iter(lambda: cur.fetchmany(5000), []):
-                for row in r:
-                    yield "edge", dict(zip(keys, row))
-            cur = self.conn.execute(
-                "SELECT ca.id, cb.id, o.weight, o.hits, o.updated_at FROM cooccurrence o "
-                "JOIN chunks ca ON ca.nid = o.a JOIN chunks cb ON cb.nid = o.b ORDER BY o.a, o.b")
-            for r in iter(lambda: cur.fetchmany(5000), []):
-                for a, b, w, hits, upd in r:
-                    yield "cooccurrence", {"a": a, "b": b, "weight": w, "hits": hits, "updated_at": upd}
-            cur = self.conn.execute(
-                "SELECT f.key, f.value, c.id, f.user_id, f.agent_id, f.run_id, f.confidence, f.created_at, f.valid_to "
-                "FROM facts f JOIN chunks c ON c.nid = f.nid ORDER BY f.fid")
-            fact_keys = ("key", "value", "chunk", "user_id", "agent_id", "run_id", "confidence", "created_at",
-                         "valid_to")
-            for r in iter(lambda: cur.fetchmany(5000), []):
-                for row in r:
-                    yield "fact", dict(zip(fact_keys, row))
-            if vectors:
-                cur = self.conn.execute(
-                    "SELECT c.id, e.model, e.dim, e.text_hash, e.vector FROM embeddings e "
-                    "JOIN chunks c ON c.nid = e.nid ORDER BY e.nid")
-                for r in iter(lambda: cur.fetchmany(2000), []):
-                    for cid, model, dim, th, vec in r:
-                        yield "embedding", {"chunk": cid, "model": model, "dim": dim, "text_hash": th, "vector": vec}
+            for kind, sql, keys in _EXPORTS:
+                if kind == "embedding" and not vectors:
+                    continue
+                cur = self.conn.execute(sql)
+                for rows in iter(lambda: cur.fetchmany(2000 if kind == "embedding" else 5000), []):
+                    for row in rows:
+                        rec = dict(zip(keys, row))
+                        if kind == "chunk":
+                            rec["metadata"] = json.loads(rec["metadata"]) if rec["metadata"] else {}
+                        yield kind, rec
 
     def existing_ids(self, ids: Sequence[str], kind: str) -> set[str]:
         """Which of ``ids`` (chunk or edge ids, ``kind`` says which) exist already."""
