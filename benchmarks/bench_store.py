@@ -6,12 +6,12 @@
 writes 2,000 chunks and 1,000 edges, and updates the projection and the lexical index) against
 raw ``sqlite3.executemany`` inserting the same number of rows into a similar two-table schema
 with the same indexes and no causalmem logic: the floor any SQLite-backed store pays.  The
-texts and the raw schema are those of ``store_bench.py`` (which prints the full store table).
+texts and the raw peer (``raw_store``/``raw_insert``) are those of ``store_bench.py`` (which
+prints the full store table).
 """
 from __future__ import annotations
 
 import itertools
-import sqlite3
 
 import numpy as np
 import pytest
@@ -35,14 +35,7 @@ def test_gate_record_many_vs_executemany(benchmark, tmp_path):
     mem = Memory(tmp_path / "w.db", embedder=None)
     ours_batches = iter(batches)
 
-    con = sqlite3.connect(tmp_path / "raw.db", isolation_level=None)
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute("PRAGMA synchronous=NORMAL")
-    con.execute("CREATE TABLE c (nid INTEGER PRIMARY KEY, id TEXT UNIQUE, text TEXT, h INTEGER)")
-    con.execute("CREATE INDEX ch ON c(h)")
-    con.execute("CREATE TABLE e (eid INTEGER PRIMARY KEY, id TEXT UNIQUE, src INTEGER, dst INTEGER, conf REAL)")
-    con.execute("CREATE INDEX es ON e(src)")
-    con.execute("CREATE INDEX ed ON e(dst)")
+    con = SB.raw_store(tmp_path / "raw.db")
     peer_batches = iter(batches)
     serial = itertools.count(0, 2 * BATCH)
 
@@ -50,15 +43,7 @@ def test_gate_record_many_vs_executemany(benchmark, tmp_path):
         mem.record_many(next(ours_batches))
 
     def peer():
-        pairs, k = next(peer_batches), next(serial)
-        texts = [t for pair in pairs for t in pair]
-        con.execute("BEGIN")
-        con.executemany("INSERT INTO c VALUES (?,?,?,?)",
-                        [(k + i + 1, f"{k + i:032x}", x, hash(x)) for i, x in enumerate(texts)])
-        con.executemany("INSERT INTO e VALUES (?,?,?,?,?)",
-                        [(k // 2 + i + 1, f"{k + i:032x}", k + 2 * i + 1, k + 2 * i + 2, 0.6)
-                         for i in range(len(pairs))])
-        con.execute("COMMIT")
+        SB.raw_insert(con, [t for pair in next(peer_batches) for t in pair], next(serial))
 
     benchmark.group = "gate: batch writes (1,000 pairs)"
     try:

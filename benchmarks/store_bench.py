@@ -48,6 +48,30 @@ def rss_mb() -> float:
         return float("nan")
 
 
+def raw_store(path: Path) -> sqlite3.Connection:
+    """The reference for batch writes: raw sqlite3 with a schema like the store's chunks and edges
+    (same indexes, WAL, synchronous=NORMAL) and no causalmem logic."""
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=NORMAL")
+    con.execute("CREATE TABLE c (nid INTEGER PRIMARY KEY, id TEXT UNIQUE, text TEXT, h INTEGER)")
+    con.execute("CREATE INDEX ch ON c(h)")
+    con.execute("CREATE TABLE e (eid INTEGER PRIMARY KEY, id TEXT UNIQUE, src INTEGER, dst INTEGER, conf REAL)")
+    con.execute("CREATE INDEX es ON e(src)")
+    con.execute("CREATE INDEX ed ON e(dst)")
+    return con
+
+
+def raw_insert(con: sqlite3.Connection, texts: list[str], k: int) -> None:
+    """One transaction: the texts as chunks (keys after ``k``) and one edge per pair of them."""
+    con.execute("BEGIN")
+    con.executemany("INSERT INTO c VALUES (?,?,?,?)", [(k + i + 1, f"{k + i:032x}", x, hash(x))
+                                                     for i, x in enumerate(texts)])
+    con.executemany("INSERT INTO e VALUES (?,?,?,?,?)", [(k // 2 + i + 1, f"{k + i:032x}", k + 2 * i + 1,
+                                                          k + 2 * i + 2, 0.6) for i in range(len(texts) // 2)])
+    con.execute("COMMIT")
+
+
 def bench_writes(tmp: Path, rng, words, n_single: int, n_batches: int) -> dict:
     out = {}
     with Memory(tmp / "w1.db", embedder=None) as mem:
@@ -65,25 +89,13 @@ def bench_writes(tmp: Path, rng, words, n_single: int, n_batches: int) -> dict:
             rates.append(1000 / (time.perf_counter() - t))
         out["record_many (batches of 1,000)"] = statistics.median(rates)
     # reference: the same shape of rows inserted by raw sqlite3 executemany into a similar schema
-    con = sqlite3.connect(tmp / "raw.db", isolation_level=None)
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute("PRAGMA synchronous=NORMAL")
-    con.execute("CREATE TABLE c (nid INTEGER PRIMARY KEY, id TEXT UNIQUE, text TEXT, h INTEGER)")
-    con.execute("CREATE INDEX ch ON c(h)")
-    con.execute("CREATE TABLE e (eid INTEGER PRIMARY KEY, id TEXT UNIQUE, src INTEGER, dst INTEGER, conf REAL)")
-    con.execute("CREATE INDEX es ON e(src)")
-    con.execute("CREATE INDEX ed ON e(dst)")
+    con = raw_store(tmp / "raw.db")
     rates = []
     k = 0
     for _ in range(n_batches):
         ts = texts(rng, words, 2000)
         t = time.perf_counter()
-        con.execute("BEGIN")
-        con.executemany("INSERT INTO c VALUES (?,?,?,?)", [(k + i + 1, f"{k + i:032x}", x, hash(x))
-                                                         for i, x in enumerate(ts)])
-        con.executemany("INSERT INTO e VALUES (?,?,?,?,?)", [(k // 2 + i + 1, f"{k + i:032x}", k + 2 * i + 1,
-                                                              k + 2 * i + 2, 0.6) for i in range(1000)])
-        con.execute("COMMIT")
+        raw_insert(con, ts, k)
         rates.append(1000 / (time.perf_counter() - t))
         k += 2000
     con.close()
