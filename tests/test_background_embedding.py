@@ -6,14 +6,12 @@ embedder (a second vector space), slowed down where a test needs a window to act
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
@@ -21,39 +19,9 @@ import numpy as np
 import pytest
 
 from causalmem import Memory
+from toy_embedder import BagOfWordsEmbedder as BagEmbedder  # delay per batch; gate for batches of > 1 text
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-class BagEmbedder:
-    """Deterministic bag-of-words vectors; ``delay`` seconds per batch; ``gate`` blocks batches of > 1 text."""
-
-    model_name = "bag-of-words-64"
-    dim = 64
-
-    def __init__(self, delay: float = 0.0, gated: bool = False) -> None:
-        self.delay = delay
-        self.gate = threading.Event()
-        if not gated:
-            self.gate.set()
-        self.entered = threading.Event()  # a batch (> 1 text) is being encoded
-        self.texts = 0
-
-    def encode(self, texts):
-        texts = list(texts)
-        if len(texts) > 1:
-            self.entered.set()
-            assert self.gate.wait(60), "test never opened the gate"
-        if self.delay:
-            time.sleep(self.delay)
-        self.texts += len(texts)
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            for w in t.lower().split():
-                h = int.from_bytes(hashlib.blake2b(w.encode(), digest_size=4).digest(), "little")
-                out[i, h % self.dim] += 1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms == 0, 1, norms)
 
 
 def counts(path) -> tuple[int, int, int, int]:

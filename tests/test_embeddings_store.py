@@ -1,34 +1,17 @@
 """Vectors live in SQLite per model: computed once, never mixed across models, re-embedded on demand."""
 from __future__ import annotations
 
-import hashlib
 
-import numpy as np
 import pytest
 
 from causalmem import ConfigurationError, Memory
+from toy_embedder import BagOfWordsEmbedder
 
 
-class HashEmbedder:
+class HashEmbedder(BagOfWordsEmbedder):
     """A deterministic bag-of-words embedder (a second, different vector space for the tests)."""
 
     model_name = "toy-hash-64"
-    dim = 64
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.texts = 0
-
-    def encode(self, texts):
-        self.calls += 1
-        self.texts += len(texts)
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            for w in t.lower().split():
-                h = int.from_bytes(hashlib.blake2b(w.encode(), digest_size=4).digest(), "little")
-                out[i, h % self.dim] += 1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms == 0, 1, norms)
 
 
 def model_rows(mem):
