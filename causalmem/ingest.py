@@ -15,6 +15,8 @@ from .polarity import guess_polarity  # noqa: E402,F401  (re-exported: the write
 
 def check_unicode(value: str, name: str) -> str:
     """Text SQLite can store: no lone surrogates (they cannot be encoded as UTF-8)."""
+    if value.isascii():  # O(1) in CPython: nothing to encode
+        return value
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:

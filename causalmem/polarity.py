@@ -18,6 +18,7 @@ retires an edge on a guess.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 __all__ = ["guess_polarity", "NEGATIVE_EN", "POSITIVE_EN", "NEGATIVE_ZH", "POSITIVE_ZH", "NEGATORS_EN",
            "NEGATORS_ZH", "REPAIR_EN", "REPAIR_ZH"]
@@ -153,9 +154,34 @@ def _tokens(text: str) -> list[tuple[str, bool]]:
     return out
 
 
+# A text is polar only if a lexicon word (or the head of a polar phrase) is one of its ASCII
+# letter/digit runs, or it has CJK characters: a C-speed split and a set test tell most neutral
+# texts apart before any tokenizing (the write path guesses every outcome's polarity).
+_POLAR_RUNS = frozenset(w for w in NEGATIVE_EN | POSITIVE_EN | {a for a, _b in PHRASES_EN} if "_" not in w)
+_RUN = re.compile(r"[a-z0-9]+")
+_HAS_CJK = re.compile(rf"[{_CJK}]")
+
+
 def guess_polarity(text: str) -> str | None:
     """``positive`` | ``negative`` | ``mixed`` from the lexicon (English and Chinese); ``None`` if
     the text has no polar word."""
+    low = (text or "").lower()
+    if _POLAR_RUNS.isdisjoint(_RUN.findall(low)) and (low.isascii() or _HAS_CJK.search(low) is None):
+        return None
+    # agents record the same short outcomes again and again ("deploy failed"): a small memo
+    return _guess_short(low) if len(low) <= _MEMO_CHARS else _guess_tokens(low)
+
+
+_MEMO_CHARS = 200
+
+
+@lru_cache(maxsize=4096)
+def _guess_short(text: str) -> str | None:
+    return _guess_tokens(text)
+
+
+def _guess_tokens(text: str) -> str | None:
+    """The lexicon algorithm itself (the reference the prefilter of ``guess_polarity`` is tested against)."""
     toks = _tokens(text or "")
     n = len(toks)
     value = [0] * n  # +1 / -1 per polar token after negation; 0 = neutral or cancelled

@@ -16,7 +16,7 @@ import numpy as np
 from . import ingest, learning
 from .judges import MAX_DISTILLED_ITEMS, validate_distilled
 from .store.base import ChunkRow, EdgeRow
-from .types import SOURCES_CONFIDENCE, AddResult, Chunk, Edge, Relation, to_timestamp
+from .types import SOURCES_CONFIDENCE, AddResult, Chunk, Edge, Relation, new_edge, to_timestamp
 from .views import Effects, NewChunk, NewEdge, Scope, Views
 
 log = logging.getLogger("causalmem")
@@ -80,7 +80,7 @@ def validated_record(decision: Any, outcome: Any, relation: Any, source: Any, co
             raise TypeError(f"task_tag must be a string or None, got {type(task_tag).__name__}")
         if task_tag is not None:
             ingest.check_unicode(task_tag, "task_tag")
-        meta = dict(rel=rel, subtype=Relation.subtype_of(relation), source=source,
+        meta = dict(rel=rel, relv=rel.value, subtype=Relation.subtype_of(relation), source=source,
                     confidence=ingest.check_confidence(conf), polarity=ingest.check_polarity(polarity),
                     task_tag=task_tag, event_time=to_timestamp(event_time, name="event_time"),
                     scope=check_scope(user_id, agent_id, run_id))
@@ -144,21 +144,24 @@ def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
     views.store_vectors([(c.nid, t, vecs[t]) for (t, _sc), c in zip(new_keys, created) if t in vecs])
     # 2. edges: repeated evidence (same decision, outcome, relation in the scope) updates the
     #    existing valid edge; everything else is a new edge
-    guessed: dict[str, str | None] = {}
+    guessed: dict[str, str | None] = {}  # polarity once per distinct outcome text
+    guess = ingest.guess_polarity
     wanted: list[tuple[dict[str, Any], tuple]] = []
     for a in items:
-        d_nid = chunk_of[(a["decision"], a["scope"])].nid
-        o_nid = chunk_of[(a["outcome"], a["scope"])].nid
+        scope, outcome = a["scope"], a["outcome"]
+        d_nid = chunk_of[(a["decision"], scope)].nid
+        o_nid = chunk_of[(outcome, scope)].nid
         polarity, origin = a["polarity"], "given"
         if polarity is None:
-            polarity = guessed.get(a["outcome"], "?")
-            if polarity == "?":
-                polarity = guessed[a["outcome"]] = ingest.guess_polarity(a["outcome"])
+            if outcome in guessed:
+                polarity = guessed[outcome]
+            else:
+                polarity = guessed[outcome] = guess(outcome)
             origin = "unknown" if polarity is None else "guessed"
-        row = {"src": d_nid, "dst": o_nid, "relation": a["rel"], "subtype": a["subtype"],
+        row = {"src": d_nid, "dst": o_nid, "relation": a["rel"], "relv": a["relv"], "subtype": a["subtype"],
                "confidence": a["confidence"], "source": a["source"], "polarity": polarity, "polarity_origin": origin,
                "task_tag": a["task_tag"], "event_time": a["event_time"], "discovered_at": now}
-        wanted.append((row, (d_nid, o_nid, a["rel"].value, a["subtype"])))
+        wanted.append((row, (d_nid, o_nid, a["relv"], a["subtype"])))
     existing = store.valid_edges_for_pairs([k for _r, k in wanted])
     # per key: [eid, id, confidence, evidence, polarity, origin, added evidence, is new]
     state: dict[tuple, list[Any]] = {k: [e.eid, e.id, e.confidence, e.evidence, e.polarity, e.polarity_origin, 0, False]
@@ -177,7 +180,7 @@ def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
             st[4], st[5] = row["polarity"], row["polarity_origin"]
     inserted = store.insert_edges_bulk(rows)
     for row, (eid, edge_id) in zip(rows, inserted):
-        st = state[(row["src"], row["dst"], row["relation"].value, row["subtype"])]
+        st = state[(row["src"], row["dst"], row["relv"], row["subtype"])]
         st[0], st[1] = eid, edge_id
         if st[6]:  # repeated within this batch: the new edge carries the combined evidence at once
             row["confidence"] = st[2]
@@ -188,11 +191,11 @@ def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
     # 3. contradiction fast path (rule judge): a new success *annotates* older failures of the same
     #    decision (superseded_by); retiring them is sleep's judge's call, never a write-time guess
     failures = store.negative_excitatory_out_edges(
-        [r["src"] for r in rows if r["relation"].value in _EXCITATORY and r["polarity"] == "positive"])
+        [r["src"] for r in rows if r["relv"] in _EXCITATORY and r["polarity"] == "positive"])
     first_new = inserted[0][0] if inserted else None
     notes = []
     for r, (eid, edge_id) in zip(rows, inserted):
-        if r["relation"].value not in _EXCITATORY or r["polarity"] != "positive":
+        if r["relv"] not in _EXCITATORY or r["polarity"] != "positive":
             continue
         for old in failures.get(r["src"], []):
             if old.dst != r["dst"] and (first_new is None or old.eid < first_new):
@@ -200,8 +203,8 @@ def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
     if notes:
         store.annotate_superseded(notes)
     # 4. in-memory views, after commit
-    views.chunks_added(fx, [NewChunk(c.nid, t, keys[(t, sc)], now, None, q0, sc) for (t, sc), c in
-                            zip(new_keys, created)],
+    views.chunks_added(fx, list(map(NewChunk._make, [(c.nid, t, keys[(t, sc)], now, None, q0, sc, None)
+                                                      for (t, sc), c in zip(new_keys, created)])),
                        {c.nid: vecs[t] for (t, _sc), c in zip(new_keys, created) if t in vecs})
     views.edges_added(fx, [NewEdge(eid, r["src"], r["dst"], r["relation"], r["confidence"])
                            for r, (eid, _e) in zip(rows, inserted)])
@@ -213,10 +216,9 @@ def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
         st = state[key]
         if st[0] in fresh:
             conf, evidence, disc = st[2], st[3], now
-            edge = Edge(id=st[1], src=ids[row["src"]], dst=ids[row["dst"]], relation=row["relation"].value,
-                        confidence=conf, source=row["source"], polarity=st[4], task_tag=row["task_tag"],
-                        event_time=row["event_time"], valid=True, superseded_by=None, discovered_at=disc,
-                        subtype=row["subtype"], polarity_origin=st[5], evidence=evidence)
+            edge = new_edge(st[1], ids[row["src"]], ids[row["dst"]], row["relv"], conf, row["source"], st[4],
+                            row["task_tag"], row["event_time"], True, None, disc, row["subtype"], None, st[5],
+                            evidence)
         else:
             edge = None  # an existing edge: read back after the update (its own history and notes)
         out.append((st[1], edge))

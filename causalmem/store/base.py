@@ -26,7 +26,7 @@ from typing import (TYPE_CHECKING, Any, ContextManager, Iterable, Iterator, Mapp
 
 import numpy as np
 
-from ..types import Chunk, ChunkFields, Edge
+from ..types import Chunk, ChunkFields, Edge, new_edge
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..types import Relation
@@ -98,13 +98,9 @@ class EdgeRow(NamedTuple):
     evidence: int = 1
 
     def to_edge(self) -> Edge:
-        return Edge(
-            id=self.id, src=self.src_id, dst=self.dst_id, relation=self.relation, confidence=self.confidence,
-            source=self.source, polarity=self.polarity, task_tag=self.task_tag, event_time=self.event_time,
-            valid=self.valid_to is None, superseded_by=self.superseded_by, discovered_at=self.discovered_at,
-            subtype=self.subtype, invalid_reason=self.invalid_reason, polarity_origin=self.polarity_origin,
-            evidence=self.evidence,
-        )
+        return new_edge(self.id, self.src_id, self.dst_id, self.relation, self.confidence, self.source,
+                        self.polarity, self.task_tag, self.event_time, self.valid_to is None, self.superseded_by,
+                        self.discovered_at, self.subtype, self.invalid_reason, self.polarity_origin, self.evidence)
 
 
 class ChunkKey(NamedTuple):
@@ -605,8 +601,15 @@ def new_ids(n: int) -> list[str]:
     with _id_lock:
         start = max(time.time_ns(), _id_last[0] + 1)
         _id_last[0] = start + n
-    raw = os.urandom(8 * n).hex()
-    return [f"{start + i:016x}{raw[16 * i: 16 * (i + 1)]}" for i in range(n)]
+    if n == 1:
+        return [f"{start:016x}{os.urandom(8).hex()}"]
+    # (clock + i, 8 random bytes) big-endian, hex-encoded at once: the same text as
+    # f"{start + i:016x}{random:016x}" per id, without formatting each one in Python
+    raw = np.empty((n, 2), dtype=">u8")
+    raw[:, 0] = np.arange(start, start + n, dtype=np.uint64)
+    raw[:, 1] = np.frombuffer(os.urandom(8 * n), dtype=">u8")
+    text = raw.tobytes().hex()
+    return [text[i:i + 32] for i in range(0, 32 * n, 32)]
 
 
 def new_id() -> str:

@@ -162,6 +162,8 @@ EDGE_COLS = (
     "e.polarity_origin, e.evidence"
 )
 EDGE_FROM = "edges e JOIN chunks s ON s.nid = e.src JOIN chunks d ON d.nid = e.dst"
+#: relation -> (relation, rel_code) columns (an enum's ``.value`` is a property call per access)
+_REL_COLUMNS = {r: (r.value, r.code) for r in Relation}
 _CHUNK_FILTERS = ("user_id", "agent_id", "run_id", "session_id", "kind")
 
 _CHUNK_EXPORT = ("id", "text", "kind", "q_value", "importance", "created_at", "event_time", "user_id", "agent_id",
@@ -672,7 +674,7 @@ class SQLiteStore:
               r["q_value"], r.get("importance", 5.0), r.get("user_id"), r.get("agent_id"), r.get("run_id"),
               r.get("session_id"), json.dumps(r["metadata"], ensure_ascii=False) if r.get("metadata") else "{}")
              for i, r in enumerate(rows)])
-        return [ChunkKey(base + 1 + i, ids[i]) for i in range(len(rows))]
+        return list(map(ChunkKey._make, zip(range(base + 1, base + 1 + len(rows)), ids)))
 
     def set_chunk_deleted(self, nid: int, now: float) -> None:
         self.conn.execute("UPDATE chunks SET valid_to = ? WHERE nid = ?", (now, nid))
@@ -863,7 +865,7 @@ class SQLiteStore:
         self.conn.executemany(
             "INSERT INTO edges (eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, "
             "polarity_origin, task_tag, event_time, discovered_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [(base + 1 + i, ids[i], r["src"], r["dst"], r["relation"].value, r["relation"].code, r.get("subtype"),
+            [(base + 1 + i, ids[i], r["src"], r["dst"], *_REL_COLUMNS[r["relation"]], r.get("subtype"),
               r["confidence"], r["source"], r.get("polarity"),
               r.get("polarity_origin") or ("unknown" if r.get("polarity") is None else "given"),
               r.get("task_tag"), r.get("event_time"), r["discovered_at"]) for i, r in enumerate(rows)])
