@@ -47,6 +47,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .types import check_texts
+
 __all__ = [
     "OnnxEmbedder",
     "QueryVectorCache",
@@ -456,12 +458,7 @@ class OnnxEmbedder:
         return out
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        if isinstance(texts, str):
-            raise TypeError("encode takes a sequence of strings, not a single string")
-        texts = list(texts)
-        for t in texts:
-            if not isinstance(t, str):
-                raise TypeError(f"texts must be strings, got {type(t).__name__}")
+        texts = check_texts(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         self._ready()

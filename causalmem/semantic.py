@@ -34,6 +34,8 @@ from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from .types import check_texts
+
 __all__ = [
     "DEFAULT_MODEL",
     "Embedder",
@@ -224,12 +226,7 @@ class SentenceTransformerEmbedder:
         return self._dim
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        if isinstance(texts, str):
-            raise TypeError("encode takes a sequence of strings, not a single string")
-        texts = list(texts)
-        for t in texts:
-            if not isinstance(t, str):
-                raise TypeError(f"texts must be strings, got {type(t).__name__}")
+        texts = check_texts(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         vecs = self.model.encode(

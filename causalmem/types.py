@@ -261,6 +261,21 @@ class AddResult(list):
         self.distill_error = distill_error
 
 
+def check_texts(texts: Any, name: str = "texts") -> list[str]:
+    """A batch of texts for an encoder (every ``Embedder.encode``): a sequence of strings, never
+    one string (which would encode character by character); ``TypeError`` names the bad item."""
+    if isinstance(texts, (str, bytes)):
+        raise TypeError(f"{name} must be a sequence of strings, not a single {type(texts).__name__}")
+    try:
+        out = list(texts)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of strings, got {type(texts).__name__}") from None
+    for i, t in enumerate(out):
+        if not isinstance(t, str):
+            raise TypeError(f"{name}[{i}] must be a string, got {type(t).__name__}")
+    return out
+
+
 def to_timestamp(value: "float | int | _dt.datetime | None", *, name: str = "time") -> float | None:
     """POSIX seconds from a float or a timezone-aware ``datetime``; ``None`` passes through."""
     if value is None:
