@@ -20,7 +20,7 @@ from .config import Config
 from .store.base import StoreBackend
 
 __all__ = [
-    "bellman", "apply_feedback", "hebbian_credit", "MAX_HEBBIAN_NIDS",
+    "bellman", "apply_feedback", "hebbian_credit", "hebbian_pairs", "next_hebbian_weight", "MAX_HEBBIAN_NIDS",
     "HALF_LIFE_DAYS", "DAILY_FACTOR", "ACCESS_BOOST", "ACCESS_CAP", "ACCESS_WINDOW_DAYS",
     "RETIRE_BELOW", "RETIRE_BELOW_PROTECTED", "NEVER_RETIRED_SOURCES",
     "half_life_days", "decay_factor", "decayed_confidence", "should_retire",
@@ -62,34 +62,47 @@ def apply_feedback(store: StoreBackend, nid: int, reward: float, config: Config)
 
 # -------------------------------------------------------------------------------- Hebbian
 
-# A search with a huge top_k would otherwise credit ~k²/2 pairs; only the best MAX_HEBBIAN_NIDS
-# results of one search (in the order given) take part.
+# A search with a huge top_k would otherwise credit ~k²/2 pairs; ``hebbian_credit`` takes only the
+# first MAX_HEBBIAN_NIDS of the nids it is given.
 MAX_HEBBIAN_NIDS = 64
+
+
+def hebbian_pairs(nids: Sequence[int], top: int) -> list[tuple[int, int]]:
+    """The pairs (a < b) one search credits: every pair among its ``top`` best distinct results.
+
+    Only the best few hits plausibly belong together: pairing a whole top-10 list links an answer
+    to the nine non-answers ranked after it, and on LoCoMo-dev (one store, questions asked in a
+    row) that cost ~0.05 recall@10. ``top`` <= 1 credits nothing."""
+    uniq = list(dict.fromkeys(int(n) for n in nids))[:max(0, min(int(top), MAX_HEBBIAN_NIDS))]
+    srt = sorted(uniq)
+    return [(srt[i], srt[j]) for i in range(len(srt)) for j in range(i + 1, len(srt))]
+
+
+def next_hebbian_weight(weight: float | None, config: Config) -> float:
+    """Weight of a pair after one more credit: ``hebbian_start`` when new (``None``), else
+    ``+hebbian_step`` up to ``hebbian_cap``."""
+    if weight is None:
+        return min(config.hebbian_cap, config.hebbian_start)
+    return min(config.hebbian_cap, max(weight, weight + config.hebbian_step))
 
 
 def hebbian_credit(store: StoreBackend, nids: Sequence[int], now: float,
                    config: Config) -> list[tuple[int, int, float, bool]]:
-    """Credit every unordered pair of ``nids`` (returned together by one search).
+    """Credit every unordered pair of ``nids`` (the best hits of one search, in order).
 
     A new pair starts at ``hebbian_start``; a known pair gains ``hebbian_step`` up to
     ``hebbian_cap``. Persisted in ``cooccurrence`` (a < b). Returns ``(a, b, weight, is_new)``.
     """
-    uniq = list(dict.fromkeys(int(n) for n in nids))[:MAX_HEBBIAN_NIDS]
-    if len(uniq) < 2:
+    pairs = hebbian_pairs(nids, MAX_HEBBIAN_NIDS)
+    if not pairs:
         return []
-    srt = sorted(uniq)
-    pairs = [(srt[i], srt[j]) for i in range(len(srt)) for j in range(i + 1, len(srt))]
-    existing = store.cooccurrence_weights(srt)
-    start, step, cap = config.hebbian_start, config.hebbian_step, config.hebbian_cap
+    existing = store.cooccurrence_weights(sorted({n for pair in pairs for n in pair}))
     out: list[tuple[int, int, float, bool]] = []
     rows = []
     for a, b in pairs:
         w = existing.get((a, b))
-        if w is None:
-            nw, is_new = min(cap, start), True
-        else:
-            nw, is_new = min(cap, w + step), False
-        out.append((a, b, nw, is_new))
+        nw = next_hebbian_weight(w, config)
+        out.append((a, b, nw, w is None))
         rows.append((a, b, nw, now))
     store.upsert_cooccurrence(rows)
     return out

@@ -304,17 +304,6 @@ def _blend(views: Views, table, mask: np.ndarray, chans: tuple[str, ...], qvec, 
     return nids, energy, seeds, act
 
 
-def _degrees(parts: Sequence[Any], nodes: np.ndarray) -> np.ndarray:
-    """Number of edges at each node, summed over the given CSR parts (forward, reverse, overlay)."""
-    deg = np.zeros(len(nodes), dtype=np.float64)
-    for csr in parts:
-        ip = csr.indptr
-        inside = nodes < len(ip) - 1
-        idx = nodes[inside]
-        deg[inside] += ip[idx + 1] - ip[idx]
-    return deg
-
-
 def _graph_bonus(views: Views, table, seed_ids: np.ndarray, seed_energy: np.ndarray, mask: np.ndarray,
                  p: RetrievalParams) -> tuple[np.ndarray, np.ndarray]:
     """What the seeds send each node over the graph (PEDSA with teleport), in seed-score units.
@@ -330,14 +319,12 @@ def _graph_bonus(views: Views, table, seed_ids: np.ndarray, seed_energy: np.ndar
     (LoCoMo-dev with reinforcement on: recall@10 0.26 without, 0.72 with).
     """
     e_max = float(seed_energy.max())
-    graph, extra = views.projection.current()
-    parts = [graph.forward, graph.reverse] + (list(extra) if extra is not None else [])
     kw = views.config.pedsa.as_kwargs()
     hi = float(kw.get("hi", 1.0))
     # Energies scaled so the best seed starts at the clamp ceiling: weak seeds stay above the
     # kernel's activation threshold after a temporal hop.
     energy = hi * seed_energy / e_max * (0.5 + 0.5 * table.q[seed_ids])
-    energy = (energy / np.maximum(1.0, _degrees(parts, seed_ids) / p.unit_degree) ** p.degree_power).astype(np.float32)
+    energy = (energy / np.maximum(1.0, views.projection.degrees(seed_ids) / p.unit_degree) ** p.degree_power).astype(np.float32)
     got_ids, got_val = [], []
     odd = (seed_ids % 2).astype(bool)
     for weight, reverse in ((p.graph_forward, False), (p.graph_backward, True)):
@@ -360,7 +347,7 @@ def _graph_bonus(views: Views, table, seed_ids: np.ndarray, seed_energy: np.ndar
         return ids, np.empty(0)
     keys, inv = np.unique(ids, return_inverse=True)
     val: np.ndarray = np.bincount(inv, weights=np.concatenate(got_val), minlength=len(keys))
-    val = val * np.maximum(1.0, _degrees(parts, keys) / p.unit_degree) ** -p.degree_power
+    val = val * np.maximum(1.0, views.projection.degrees(keys) / p.unit_degree) ** -p.degree_power
     return keys, np.clip(val, -p.graph_cap * e_max, p.graph_cap * e_max)
 
 

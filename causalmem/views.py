@@ -89,6 +89,9 @@ class Views:
         # search reinforcement waiting for a write: (clock time, nids, nid groups of one scope each)
         self._queued: list[tuple[float, list[int], list[list[int]]]] = []
         self._queued_since = 0.0
+        # co-occurrence weight the queued searches will add, visible to the next query already
+        self._pending_co: dict[tuple[int, int], float] = {}
+        self.projection.pending_learned = lambda: [(a, b, d) for (a, b), d in self._pending_co.items()]
         self.reinforce_off: str | None = "the database was opened read-only" if store.read_only else None
         self._reinforce_off_logged = False
         self._worker: EmbeddingWorker | None = None
@@ -442,15 +445,13 @@ class Views:
 
         fx.append(apply)
 
-    def accessed(self, fx: Effects, nids: Sequence[int], *, learned_links: bool) -> None:
-        """A search returned ``nids`` (importance + 0.1); ``learned_links``: Hebbian pairs changed."""
+    def accessed(self, fx: Effects, nids: Sequence[int]) -> None:
+        """A search returned ``nids``: importance + 0.1 (its learned links are in the projection already)."""
         def apply() -> None:
             table = self.chunks
             if table is not None:
                 idx = np.asarray([n for n in nids if n < table.n], dtype=np.int64)
                 table.importance[idx] = np.minimum(10.0, table.importance[idx] + 0.1)
-            if learned_links:
-                self.projection.learning_change()
 
         fx.append(apply)
 
@@ -469,8 +470,10 @@ class Views:
 
     # ------------------------------------------------------------------ queued search reinforcement
     def queue_reinforcement(self, nids: Sequence[int]) -> None:
-        """What one search returned: access counts and Hebbian credit, queued (never a write lock
-        here). Pairs are credited only within one scope: an unscoped search never links two users."""
+        """What one search returned (best first): access counts and Hebbian credit, queued (never a
+        write lock here). Pairs are credited among the best ``Config.hebbian_top`` hits only, and only
+        within one scope: an unscoped search never links two users. The links they make are visible
+        to the next query at once (``_learn_now``); the store gets them with the queue."""
         if self.reinforce_off is not None:
             self._say_reinforcement_off()
             return
@@ -479,16 +482,20 @@ class Views:
             return
         groups: dict[tuple, list[int]] = {}
         table = self.chunks
-        for n in nids[:learning.MAX_HEBBIAN_NIDS]:
-            key = (int(table.user[n]), int(table.agent[n]), int(table.run[n])) if table is not None and n < table.n \
-                else ("nid", n)
+        for n in nids[:min(self.config.hebbian_top, learning.MAX_HEBBIAN_NIDS)]:
+            key = (int(table.user[n]), int(table.agent[n]), int(table.run[n]),
+                   int(table.session[n]) if self.config.hebbian_same_session else 0) \
+                if table is not None and n < table.n else ("nid", n)
             groups.setdefault(key, []).append(n)
         if not self._queued:
             self._queued_since = time.monotonic()
-        self._queued.append((self.now(), nids, [g for g in groups.values() if len(g) > 1]))
+        pairs = [g for g in groups.values() if len(g) > 1]
+        self._queued.append((self.now(), nids, pairs))
+        self._learn_now(pairs)
         if len(self._queued) > self.config.reinforce_queue_max:
             dropped = len(self._queued) - self.config.reinforce_queue_max
             del self._queued[:dropped]
+            self._forget_pending()
             log.warning("causalmem: %s: reinforcement queue full (writer busy); dropped the oldest %d searches",
                         self.store.path, dropped)
         if len(self._queued) >= self.config.reinforce_batch or \
@@ -521,6 +528,31 @@ class Views:
             log.warning("causalmem: %s: reinforcement of %d searches not written: %s", self.store.path,
                         len(self._queued), why)
             self._queued = []
+            self._forget_pending()
+
+    def _learn_now(self, groups: Sequence[Sequence[int]]) -> None:
+        """Put the co-occurrence weight these groups will get into the projection now, as the
+        difference to what the store plus the earlier queued searches hold (the queue write computes
+        the same weights from the store, in the same order)."""
+        deltas = []
+        for g in groups:
+            pairs = learning.hebbian_pairs(g, learning.MAX_HEBBIAN_NIDS)
+            stored = self.store.cooccurrence_weights(sorted(set(g)))
+            for key in pairs:
+                w, pend = stored.get(key), self._pending_co.get(key)
+                cur = None if w is None and pend is None else (w or 0.0) + (pend or 0.0)
+                delta = learning.next_hebbian_weight(cur, self.config) - (cur or 0.0)
+                if delta > 0:
+                    self._pending_co[key] = (pend or 0.0) + delta
+                    deltas.append((key[0], key[1], delta))
+        if deltas:
+            self.projection.learned_links(deltas)
+
+    def _forget_pending(self) -> None:
+        """Queued reinforcement was dropped: the projection is re-read from the store (and what is
+        still queued becomes visible when it is written)."""
+        self._pending_co.clear()
+        self.projection.mark_stale()
 
     def _say_reinforcement_off(self) -> None:
         if not self._reinforce_off_logged:
@@ -530,10 +562,10 @@ class Views:
     def _write_reinforcement(self, fx: Effects, queued: Sequence[tuple[float, list[int], list[list[int]]]]) -> None:
         for t, nids, groups in queued:
             self.store.touch_chunks(nids, t)
-            learned = False
             for g in groups:
-                learned |= bool(learning.hebbian_credit(self.store, g, t, self.config))
-            self.accessed(fx, nids, learned_links=learned)
+                learning.hebbian_credit(self.store, g, t, self.config)
+            self.accessed(fx, nids)
+        fx.append(self._pending_co.clear)  # the store holds them now (the overlay keeps showing them)
 
     def count_write(self, fx: Effects, n: int = 1) -> None:
         fx.append(lambda: self.projection.count_write(n))

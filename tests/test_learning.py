@@ -181,6 +181,7 @@ def test_hebbian_fades_when_idle_and_is_dropped_in_sleep(tmp_path):
 
 
 def test_hebbian_survives_rebuild_and_restart(tmp_path):
+    from causalmem.projection import CO_OCCURRENCE_COEFFICIENT as CO
     path = tmp_path / "m.db"
     with _mem(path) as mem:
         a = mem.record_decision("cache the user profile", "profile page is instant")
@@ -190,11 +191,11 @@ def test_hebbian_survives_rebuild_and_restart(tmp_path):
             _credit(mem, [na, nb], T)
         mem._projection.mark_stale()
         acts = {x.text: x.energy for x in mem.search_causal("cache the user profile")}
-        assert acts.get("warm the cache on deploy") == pytest.approx(0.75 * 1.0 * 0.7, abs=1e-4)
+        assert acts.get("warm the cache on deploy") == pytest.approx(0.75 * 1.0 * CO * 0.7, abs=1e-4)
     with _mem(path) as mem:
         assert mem._store.cooccurrence_row(na, nb)[2] == pytest.approx(1.0)
         acts = {x.text: x.energy for x in mem.search_causal("cache the user profile")}
-        assert acts.get("warm the cache on deploy") == pytest.approx(0.75 * 1.0 * 0.7, abs=1e-4)
+        assert acts.get("warm the cache on deploy") == pytest.approx(0.75 * 1.0 * CO * 0.7, abs=1e-4)
 
 
 def test_search_credits_pairs_returned_together(tmp_path):

@@ -95,8 +95,7 @@ def test_b_answers_every_query_as_a_did(ops, queries):
             a.flush()
             n = a.export(dump)
             assert n == sum(1 for _ in dump.open(encoding="utf-8"))
-        # answers of a freshly opened A (an open Memory may lag learned links by design:
-        # Config.learning_rebuild_seconds) against a freshly opened B
+        # answers of a freshly opened A against a freshly opened B
         with Memory(a_path, embedder=None, clock=lambda: clock[0]) as a:
             want = _answers(a, queries + [c.text for c in a.get_all(limit=5)])
         with Memory(b_path, embedder=None, clock=lambda: clock[0]) as b:

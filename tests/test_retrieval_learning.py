@@ -1,0 +1,174 @@
+"""Learning from searches (issue 13): co-occurrence links are visible to the next query, credit is
+bounded (best few hits, weight cap), and learned links never cross a scope. Mechanisms, not figures."""
+from __future__ import annotations
+
+import pytest
+
+from causalmem import Memory
+from causalmem.config import Config
+from causalmem import learning
+
+LEX_GRAPH = ("lexical", "graph")
+
+
+def _nid(m: Memory, chunk_id: str) -> int:
+    return m._store.nid_of(chunk_id)
+
+
+def _pair(m: Memory, x: str, y: str) -> tuple[int, int]:
+    a, b = _nid(m, x), _nid(m, y)
+    return (a, b) if a < b else (b, a)
+
+
+def _stored_weight(m: Memory, x: str, y: str) -> float | None:
+    row = m._store.cooccurrence_row(*_pair(m, x, y))
+    return None if row is None else row[2]
+
+
+def _activation(m: Memory, query: str, target: str, **scope) -> float | None:
+    """The graph energy ``target`` receives for ``query`` (None: not returned)."""
+    for h in m.search(query, top_k=10, channels=LEX_GRAPH, explain=True, reinforce=False, **scope):
+        if h.id == target:
+            return h.signals["activation"]
+    return None
+
+
+@pytest.fixture
+def two(db_path, clock):
+    """Two memories in separate sessions (no edge joins them) that one query finds together
+    (credit across sessions allowed here, to watch one link)."""
+    m = Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_same_session=False))
+    a = m.add("alpha release of the kafka consumer", user_id="u")[0].id
+    b = m.add("beta rollout of the kafka consumer", user_id="u")[0].id
+    yield m, a, b
+    m.close()
+
+
+def test_learned_link_is_visible_to_the_next_query(two):
+    m, a, b = two
+    assert _activation(m, "alpha release", b, user_id="u") is None  # nothing joins them yet
+    hits = m.search("kafka consumer", top_k=2, user_id="u")  # reinforce=True: a and b returned together
+    assert {h.id for h in hits} == {a, b}
+    assert _stored_weight(m, a, b) is None  # queued: the search wrote nothing
+    got = _activation(m, "alpha release", b, user_id="u")  # no clock advance, no write, no sleep
+    assert got is not None and got > 0
+    # what the next query saw is exactly what the store holds once the queue is written
+    m.flush()
+    assert _stored_weight(m, a, b) == pytest.approx(0.2)
+    m._projection.mark_stale()
+    assert _activation(m, "alpha release", b, user_id="u") == pytest.approx(got, rel=1e-5)
+
+
+def test_repeated_credit_is_seen_at_once_and_matches_the_store(two):
+    m, a, b = two
+    for _ in range(3):
+        m.search("kafka consumer", top_k=2, user_id="u")
+    seen = _activation(m, "alpha release", b, user_id="u")
+    m.flush()
+    assert _stored_weight(m, a, b) == pytest.approx(0.2 + 2 * 0.05)
+    m._projection.mark_stale()
+    assert _activation(m, "alpha release", b, user_id="u") == pytest.approx(seen, rel=1e-5)
+    # credited again after the write: the overlay adds only the difference to the stored weight
+    m.search("kafka consumer", top_k=2, user_id="u")
+    seen = _activation(m, "alpha release", b, user_id="u")
+    m.flush()
+    m._projection.mark_stale()
+    assert _stored_weight(m, a, b) == pytest.approx(0.35)
+    assert _activation(m, "alpha release", b, user_id="u") == pytest.approx(seen, rel=1e-5)
+
+
+def test_links_queued_before_a_rebuild_stay_visible(two):
+    m, a, b = two
+    m.search("kafka consumer", top_k=2, user_id="u")
+    m._projection.mark_stale()  # e.g. another process committed: the graph is re-read from the store
+    assert _stored_weight(m, a, b) is None
+    assert (_activation(m, "alpha release", b, user_id="u") or 0) > 0
+
+
+def test_credit_only_among_the_best_hits(db_path, clock):
+    with Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_top=3, hebbian_same_session=False)) as m:
+        ids = [m.add(f"incident {i} on the payment gateway", user_id="u")[0].id for i in range(6)]
+        hits = m.search("payment gateway incident", top_k=6, user_id="u")
+        assert len(hits) == 6
+        m.flush()
+        best = [h.id for h in hits]
+        linked = {(x, y) for i, x in enumerate(ids) for y in ids[i + 1:] if _stored_weight(m, x, y) is not None}
+        assert len(linked) == 3  # the pairs of the best three, not the 15 of all six
+        assert all(x in best[:3] and y in best[:3] for x, y in linked)
+    with Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_top=1)) as m:
+        before = m.stats()["cooccurrence"]
+        m.search("payment gateway incident", top_k=6, user_id="u")
+        m.flush()
+        assert m.stats()["cooccurrence"] == before  # hebbian_top=1: access counts only
+
+
+def test_by_default_only_hits_of_one_session_are_linked(db_path, clock):
+    with Memory(db_path, embedder=None, clock=clock) as m:
+        a = m.add("the deploy froze on the staging cluster", user_id="u", session_id="s1")[0].id
+        m.add(["unrelated small talk about lunch", "more small talk"], user_id="u", session_id="s1")
+        b = m.add("we rolled back the staging cluster deploy", user_id="u", session_id="s1")[0].id
+        c = m.add("staging cluster deploy checklist", user_id="u", session_id="s2")[0].id
+        hits = m.search("staging cluster deploy", top_k=3, user_id="u")
+        assert {h.id for h in hits} == {a, b, c}
+        m.flush()
+        assert _stored_weight(m, a, b) == pytest.approx(0.2)  # same session, not adjacent turns
+        assert _stored_weight(m, a, c) is None and _stored_weight(m, b, c) is None
+
+
+def test_weight_is_capped_in_the_view_and_in_the_store(two):
+    m, a, b = two
+    cap = m.config.hebbian_cap
+    for _ in range(40):  # 0.2 + 39 x 0.05 would be 2.15
+        m.search("kafka consumer", top_k=2, user_id="u")
+    assert sum(m._views._pending_co.values()) == pytest.approx(cap)
+    seen = _activation(m, "alpha release", b, user_id="u")
+    m.flush()
+    assert _stored_weight(m, a, b) == pytest.approx(cap)
+    m._projection.mark_stale()
+    assert _activation(m, "alpha release", b, user_id="u") == pytest.approx(seen, rel=1e-5)
+
+
+def test_credit_rules():
+    cfg = Config()
+    assert learning.next_hebbian_weight(None, cfg) == cfg.hebbian_start
+    assert learning.next_hebbian_weight(0.5, cfg) == pytest.approx(0.55)
+    assert learning.next_hebbian_weight(cfg.hebbian_cap, cfg) == cfg.hebbian_cap
+    assert learning.hebbian_pairs([5, 3, 5, 9, 1], 3) == [(3, 5), (3, 9), (5, 9)]
+    assert learning.hebbian_pairs([5, 3], 1) == []
+    for bad in (dict(hebbian_top=-1), dict(hebbian_top=2.5), dict(hebbian_cap=1.5),
+                dict(hebbian_start=0.6, hebbian_cap=0.5)):
+        with pytest.raises(ValueError, match="hebbian"):
+            Config(**bad)
+
+
+def test_learned_links_never_cross_a_scope(db_path, clock):
+    # across sessions allowed: only the scope rule keeps bob's chunk out
+    with Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_same_session=False)) as m:
+        alice = m.add("quarterly billing export for alice", user_id="alice")[0].id
+        bob = m.add("quarterly billing export secret of bob", user_id="bob")[0].id
+        alice2 = m.add("alice renewed the billing contract", user_id="alice")[0].id
+        for _ in range(5):  # unscoped: both users' chunks come back together
+            hits = m.search("quarterly billing export")
+            assert {h.user_id for h in hits} == {"alice", "bob"}
+        m.search("billing alice", user_id="alice")  # a scoped search links alice's own chunks
+        pending = m._views._pending_co
+        nb = _nid(m, bob)
+        assert pending and all(nb not in pair for pair in pending)  # nothing learned across scopes
+        assert _pair(m, alice, alice2) in pending
+        # alice's scoped searches never reach bob's chunk, before or after the queue is written
+        for _ in range(2):
+            for q in ("quarterly billing export", "alice renewed the billing contract"):
+                assert bob not in {h.id for h in m.search(q, user_id="alice", channels=LEX_GRAPH, reinforce=False)}
+            m.flush()
+            m._projection.mark_stale()
+        assert _stored_weight(m, alice, bob) is None
+
+
+def test_dropped_reinforcement_takes_its_links_back(two):
+    m, a, b = two
+    m.search("kafka consumer", top_k=2, user_id="u")
+    assert (_activation(m, "alpha release", b, user_id="u") or 0) > 0
+    m._views.drop_reinforcement("test")
+    assert _activation(m, "alpha release", b, user_id="u") is None
+    m.flush()
+    assert _stored_weight(m, a, b) is None
