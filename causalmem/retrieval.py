@@ -324,7 +324,8 @@ def _graph_bonus(views: Views, table, seed_ids: np.ndarray, seed_energy: np.ndar
     # Energies scaled so the best seed starts at the clamp ceiling: weak seeds stay above the
     # kernel's activation threshold after a temporal hop.
     energy = hi * seed_energy / e_max * (0.5 + 0.5 * table.q[seed_ids])
-    energy = (energy / np.maximum(1.0, views.projection.degrees(seed_ids) / p.unit_degree) ** p.degree_power).astype(np.float32)
+    seed_deg = views.projection.degrees(seed_ids)
+    energy = (energy / np.maximum(1.0, seed_deg / p.unit_degree) ** p.degree_power).astype(np.float32)
     got_ids, got_val = [], []
     odd = (seed_ids % 2).astype(bool)
     for weight, reverse in ((p.graph_forward, False), (p.graph_backward, True)):
