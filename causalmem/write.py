@@ -278,7 +278,7 @@ def restore_edge(views: Views, fx: Effects, row: EdgeRow) -> None:
     """Undo an invalidation or supersession (both endpoint chunks must be live)."""
     if row.valid_to is None and row.superseded_by is None:
         raise ValueError(f"edge {row.id!r} is valid and not superseded; nothing to restore")
-    for nid, name in ((row.src, "source"), (row.dst, "destination")):
+    for nid, name in ((row.src_nid, "source"), (row.dst_nid, "destination")):
         if not views.store.chunk_alive(nid):
             raise ValueError(f"edge {row.id!r} cannot be restored: its {name} chunk was deleted")
     views.store.restore_edge(row.eid)

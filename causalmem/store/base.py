@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..types import Relation
 
 __all__ = [
-    "StoreBackend", "ChunkRow", "EdgeRow", "ChunkKey", "ChunkColumns", "FactRow", "HistoryRow",
+    "StoreBackend", "ChunkRow", "EdgeRow", "EDGE_ROW_COLUMNS", "ChunkKey", "ChunkColumns", "FactRow", "HistoryRow",
     "CooccurrenceRow", "EmbeddingRow", "StoredVector", "OutEdge", "EvidenceEdge", "ChainEdge", "PathEdge",
     "CooccurrencePair", "JudgeEdgeRow", "MiningChunkRow", "TaggedEdgeRow", "EDGE_DTYPE", "CHUNK_DTYPE",
     "COOC_DTYPE", "PROJECTION_EDGE_DTYPE", "PROJECTION_CO_DTYPE", "SOURCE_CODES", "POLARITY_CODES",
@@ -74,33 +74,38 @@ _CHUNK_FIELDS = dataclasses.fields(ChunkFields)
 _CHUNK_ROW_ORDER = ("nid", *(f.name for f in dataclasses.fields(ChunkRow) if f.name != "nid"))
 
 
-class EdgeRow(NamedTuple):
-    """One edge as stored, with the public ids of its endpoints (``src_id``/``dst_id``) and their nids."""
+@dataclasses.dataclass(frozen=True)
+class EdgeRow(Edge):
+    """One edge as stored: the public edge's fields (``src``/``dst``: the endpoints' public ids)
+    plus its key ``eid``, the endpoints' nids and ``valid_to`` (set = invalid)."""
 
+    _: dataclasses.KW_ONLY
     eid: int
-    id: str
-    src_id: str
-    dst_id: str
-    relation: str
-    confidence: float
-    source: str
-    polarity: str | None
-    task_tag: str | None
-    event_time: float | None
+    src_nid: int
+    dst_nid: int
     valid_to: float | None
-    superseded_by: str | None
-    discovered_at: float
-    subtype: str | None
-    invalid_reason: str | None
-    src: int
-    dst: int
-    polarity_origin: str | None = None
-    evidence: int = 1
+
+    @classmethod
+    def _make(cls, row: Sequence[Any]) -> EdgeRow:
+        """From the stored columns in ``EDGE_ROW_COLUMNS`` order (filled at once, as ``ChunkRow``)."""
+        obj = object.__new__(cls)
+        values = dict(zip(EDGE_ROW_COLUMNS, row))
+        values["valid"] = values["valid_to"] is None
+        object.__setattr__(obj, "__dict__", values)
+        return obj
 
     def to_edge(self) -> Edge:
-        return new_edge(self.id, self.src_id, self.dst_id, self.relation, self.confidence, self.source,
-                        self.polarity, self.task_tag, self.event_time, self.valid_to is None, self.superseded_by,
-                        self.discovered_at, self.subtype, self.invalid_reason, self.polarity_origin, self.evidence)
+        """The public ``Edge`` (the row without its storage keys)."""
+        d = self.__dict__
+        return new_edge(*[d[k] for k in _EDGE_FIELD_NAMES])
+
+
+#: the order of the stored edge columns a backend selects for an ``EdgeRow`` (sqlite's ``EDGE_COLS``)
+EDGE_ROW_COLUMNS = ("eid", "id", "src", "dst", "relation", "confidence", "source", "polarity", "task_tag",
+                    "event_time", "valid_to", "superseded_by", "discovered_at", "subtype", "invalid_reason",
+                    "src_nid", "dst_nid", "polarity_origin", "evidence")
+#: Edge's fields in order: ``new_edge``'s parameters
+_EDGE_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(Edge))
 
 
 class ChunkKey(NamedTuple):
