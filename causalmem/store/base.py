@@ -305,6 +305,13 @@ class StoreBackend(Protocol):
     def data_version(self) -> int:
         """A number that changes when *another* connection commits."""
 
+    def change_seq(self) -> int:
+        """A persistent counter of committed changes: every committed write transaction that changed
+        a row advances it (by this or any other process), so a file derived from the database (the
+        sidecar indexes in ``<db>.idx/``) can say which state it matches. It starts at a random value
+        per database (a copy made before a write differs from the original after it), never
+        goes back, is left out of export/import, and is 0 for a database never written."""
+
     def user_version(self) -> int:
         """The schema version of the database."""
 

@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import sqlite3
 import threading
 import time
@@ -201,6 +202,10 @@ _SLEEP_EDGE_SELECT = (
 )
 
 
+#: meta key of the persistent change counter (``SQLiteStore.change_seq``)
+CHANGE_SEQ_KEY = "change_seq"
+
+
 class SQLiteStore:
     """One SQLite connection with nested transactions (savepoints) and schema migrations.
 
@@ -305,6 +310,7 @@ class SQLiteStore:
                     self.conn.execute(statement)
                 self.conn.execute(f"PRAGMA user_version = {i + 1}")
             self.conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            self._advance_change_seq()  # a schema change changes what derived files would hold
 
     def _store_error(self, exc: BaseException, doing: str = "") -> StoreError:
         """A ``StoreError`` naming the file for a raw sqlite3 error."""
@@ -376,6 +382,7 @@ class SQLiteStore:
                     if not wait:
                         self.conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
                 self._depth = 1
+                changes_before = self.conn.total_changes
                 try:
                     yield self.conn
                 except BaseException as exc:
@@ -391,6 +398,8 @@ class SQLiteStore:
                 else:
                     self._depth = 0
                     try:
+                        if self.conn.total_changes != changes_before:
+                            self._advance_change_seq()
                         self._write_retrying(lambda: self.conn.execute("COMMIT"))
                     except BaseException:
                         if self.conn.in_transaction:
@@ -470,6 +479,17 @@ class SQLiteStore:
         with self._lock:
             self._ensure_open()
             return self.conn.execute("PRAGMA data_version").fetchone()[0]
+
+    def change_seq(self) -> int:
+        """The persistent change counter (see ``StoreBackend.change_seq``); one read of ``meta``."""
+        value = self._one("SELECT value FROM meta WHERE key = ?", (CHANGE_SEQ_KEY,))
+        return int(value) if value is not None else 0
+
+    def _advance_change_seq(self) -> None:
+        """Inside the outermost write transaction, just before COMMIT: one statement."""
+        self.conn.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+            "value = CAST(value AS INTEGER) + 1", (CHANGE_SEQ_KEY, str(secrets.randbits(40) << 20)))
 
     def integrity_check(self) -> str:
         return self._one("PRAGMA integrity_check")
@@ -959,7 +979,7 @@ class SQLiteStore:
         key order, from one consistent snapshot (see ``portable``)."""
         with self._lock, self._snapshot():
             for key, value in self.conn.execute("SELECT key, value FROM meta ORDER BY key").fetchall():
-                if not key.startswith("purged_max_"):
+                if not key.startswith("purged_max_") and key != CHANGE_SEQ_KEY:
                     yield "meta", {"key": key, "value": value}
             for kind, sql, keys in _EXPORTS:
                 if kind == "embedding" and not vectors:
@@ -1018,7 +1038,7 @@ class SQLiteStore:
              for v in records.get("embedding", ())])
         self.conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
                               [(m["key"], m["value"]) for m in records.get("meta", ())
-                               if not m["key"].startswith("purged_max_")])
+                               if not m["key"].startswith("purged_max_") and m["key"] != CHANGE_SEQ_KEY])
         return {k: len(v) for k, v in records.items()}
 
     def scoped_counts(self, filters: Mapping[str, str | None]) -> dict[str, int]:
