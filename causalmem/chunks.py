@@ -94,6 +94,31 @@ class ChunkTable:
             getattr(self, column)[nids] = np.fromiter((table[v] for v in values), dtype=np.int64, count=len(values))
         self._changed()
 
+    _COLUMNS = ("alive", "created_at", "event_time", "q", "importance", "user", "agent", "run", "session", "kind")
+
+    def to_arrays(self) -> tuple[dict[str, np.ndarray], dict]:
+        """The columns (first ``n`` rows) and the code tables, for a sidecar file."""
+        arrays = {name: getattr(self, name)[: self.n] for name in self._COLUMNS}
+        codes = {col: [[v, c] for v, c in table.items()] for col, table in self._codes.items()}
+        return arrays, {"n": self.n, "codes": codes}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> "ChunkTable | None":
+        """A table from ``to_arrays`` output; None when the shapes or code tables disagree."""
+        self = cls()
+        n = int(meta["n"])
+        for name in cls._COLUMNS:
+            a = arrays.get(name)
+            if a is None or a.shape != (n,) or a.dtype != getattr(self, name).dtype:
+                return None
+            setattr(self, name, a)
+        codes = {col: {v: int(c) for v, c in pairs} for col, pairs in meta["codes"].items()}
+        if set(codes) != set(self._codes):
+            return None
+        self._codes = codes
+        self.n = self._cap = n
+        return self
+
     def kill(self, nid: int) -> None:
         if nid < self.n:
             self.alive[nid] = False

@@ -222,6 +222,78 @@ class CausalGraph:
     def n_edges(self) -> int:
         return self.forward.n_edges
 
+    # -- persistence (sidecar snapshots of the store's projection) ----------------------------
+    _STATE_OPTIONAL = ("fwd_inhibitory", "rev_inhibitory", "fwd_pos", "keys_sorted", "key_order")
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Every array of the graph (absent optional ones left out), for ``from_state_arrays``.
+        Only a graph over integer indices (``node_ids`` not given) can be saved."""
+        if self._ids is not None:
+            raise ValueError("only a graph built from arrays without node_ids can be saved")
+        f, r = self._forward, self._reverse
+        out = {"fwd_indptr": f.indptr, "fwd_indices": f.indices, "fwd_weights": f.weights,
+               "fwd_valid": self._fwd_valid, "rev_indptr": r.indptr, "rev_indices": r.indices,
+               "rev_weights": r.weights, "rev_valid": self._rev_valid, "rev_of_fwd": self._rev_of_fwd,
+               "fwd_of_rev": self._fwd_of_rev, "fwd_inhibitory": f.inhibitory, "rev_inhibitory": r.inhibitory,
+               "fwd_pos": self._fwd_pos, "keys_sorted": self._keys_sorted, "key_order": self._key_order}
+        return {k: v for k, v in out.items() if v is not None}
+
+    @classmethod
+    def from_state_arrays(cls, arrays: Mapping[str, np.ndarray]) -> "CausalGraph":
+        """Inverse of ``to_arrays`` over arrays that nobody else holds (e.g. a copy-on-write map).
+
+        Checks the structure the compiled kernels rely on (dtypes, lengths, pointers monotone,
+        targets and positions in range) and raises ``ValueError`` when anything disagrees, so a
+        damaged file can never reach a ``nogil`` kernel."""
+        def get(name: str, kind: str | None = None) -> np.ndarray:
+            a = arrays.get(name)
+            if a is None or a.ndim != 1:
+                raise ValueError(f"graph state: {name} missing or not 1-D")
+            if kind is not None and a.dtype != np.dtype(kind):
+                raise ValueError(f"graph state: {name} has dtype {a.dtype}, expected {kind}")
+            return a
+
+        fi, ri = get("fwd_indptr", "int64"), get("rev_indptr", "int64")
+        n = fi.shape[0] - 1
+        if n < 0 or ri.shape[0] != n + 1:
+            raise ValueError("graph state: indptr lengths disagree")
+        e = int(fi[-1])
+        for side, ptr in (("fwd", fi), ("rev", ri)):
+            if ptr[0] != 0 or int(ptr[-1]) != e or (n and bool((np.diff(ptr) < 0).any())):
+                raise ValueError(f"graph state: {side}_indptr is not a valid row pointer")
+            idx = get(f"{side}_indices", "int32")
+            if idx.shape[0] != e or (e and (int(idx.min()) < 0 or int(idx.max()) >= n)):
+                raise ValueError(f"graph state: {side}_indices out of range")
+            if get(f"{side}_weights", "float32").shape[0] != e or get(f"{side}_valid", "uint8").shape[0] != e:
+                raise ValueError(f"graph state: {side} weights/valid lengths disagree")
+            inh = arrays.get(f"{side}_inhibitory")
+            if inh is not None and (inh.dtype != np.uint8 or inh.shape != (e,)):
+                raise ValueError(f"graph state: {side}_inhibitory malformed")
+        for name in ("rev_of_fwd", "fwd_of_rev", "fwd_pos", "key_order"):
+            a = arrays.get(name)
+            if a is None:
+                if name in ("rev_of_fwd", "fwd_of_rev"):
+                    raise ValueError(f"graph state: {name} missing")
+                continue
+            if a.dtype.kind != "i" or a.shape != (e,) or (e and (int(a.min()) < 0 or int(a.max()) >= e)):
+                raise ValueError(f"graph state: {name} malformed")
+        keys = arrays.get("keys_sorted")
+        if keys is not None and (keys.dtype != np.int64 or keys.shape != (e,)
+                                 or (e > 1 and not bool((np.diff(keys) > 0).all()))):
+            raise ValueError("graph state: keys_sorted malformed")
+        self = cls.__new__(cls)
+        fwd_valid, rev_valid = arrays["fwd_valid"], arrays["rev_valid"]
+        self._forward = CSR._adopt(fi, arrays["fwd_indices"], arrays["fwd_weights"], fwd_valid.view(),
+                                   arrays.get("fwd_inhibitory"))
+        self._reverse = CSR._adopt(ri, arrays["rev_indices"], arrays["rev_weights"], rev_valid.view(),
+                                   arrays.get("rev_inhibitory"))
+        self._fwd_valid, self._rev_valid = fwd_valid, rev_valid
+        self._rev_of_fwd, self._fwd_of_rev = arrays["rev_of_fwd"], arrays["fwd_of_rev"]
+        self._fwd_pos = arrays.get("fwd_pos")
+        self._keys_sorted, self._key_order = keys, arrays.get("key_order")
+        self._ids = self._index = None
+        return self
+
     @property
     def nbytes(self) -> int:
         """Bytes of the projection: both CSRs, the position maps and the edge-key index."""

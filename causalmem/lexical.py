@@ -24,6 +24,7 @@ Not thread-safe: the caller holds a lock.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Iterable, Sequence
 
@@ -173,6 +174,83 @@ class BM25Index:
 
     def __repr__(self) -> str:
         return f"BM25Index(n_docs={self._n_live}, n_terms={len(self._term_id)}, tokenizer={self.tokenizer!r})"
+
+    # ------------------------------------------------------------------ persistence
+
+    def tokenizer_key(self) -> str:
+        """What must match for saved postings to be reused: the tokenizer and k1, b."""
+        tok = self.tokenizer
+        words = ",".join(sorted(tok.stop_words)) if hasattr(tok, "stop_words") else ""
+        return f"{tok!r}|{getattr(tok, 'stem', '')}|{hashlib.blake2b(words.encode(), digest_size=8).hexdigest()}|k1={self.k1!r}|b={self.b!r}"
+
+    def to_arrays(self) -> tuple[dict[str, np.ndarray], dict] | None:
+        """The index as flat arrays + meta (``from_arrays`` inverts it); None if it cannot be saved.
+
+        Lays the postings out first (drops dead slots), so the saved form is one term-major
+        array; scores do not depend on the layout (see ``_accumulate``)."""
+        terms = list(self._term_id)
+        blob = "\n".join(terms).encode("utf-8")
+        if len(terms) and blob.count(b"\n") != len(terms) - 1:
+            return None  # a term with a newline (custom tokenizer): not saved, rebuilt at open
+        if self._dyn or self._n_dead or self._base_ptr.shape[0] != len(terms) + 1:
+            self._rebuild()
+        n, f, v = self._n_slots, self._fwd_n, len(terms)
+        df, fwd_term, ptr = self._df[:v], self._fwd_term[:f], self._base_ptr
+        keep = df > 0
+        if not keep.all():
+            # terms no live document has (removed or purged texts) are left out of the file
+            remap = np.cumsum(keep) - 1
+            terms = [t for t, k in zip(terms, keep.tolist()) if k]
+            blob = "\n".join(terms).encode("utf-8")
+            df, fwd_term = df[keep], remap[fwd_term].astype(np.int32)
+            ptr = np.concatenate(([0], ptr[1:][keep])).astype(np.int64)
+            v = len(terms)
+        arrays = {
+            "terms": np.frombuffer(blob, dtype=np.uint8), "df": df,
+            "slot_doc": self._slot_doc[:n], "slot_len": self._slot_len[:n], "slot_alive": self._slot_alive[:n],
+            "slot_start": self._slot_start[:n], "slot_nterms": self._slot_nterms[:n], "doc_slot": self._doc_slot,
+            "fwd_term": fwd_term, "fwd_tf": self._fwd_tf[:f],
+            "base_ptr": ptr, "base_slot": self._base_slot, "base_tf": self._base_tf,
+        }
+        meta = {"tokenizer": self.tokenizer_key(), "n_terms": v, "n_live": self._n_live,
+                "total_len": self._total_len}
+        return arrays, meta
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict, *,
+                    tokenizer: Tokenizer | None = None) -> "BM25Index | None":
+        """An index from ``to_arrays`` output (arrays may be copy-on-write maps); None when the
+        tokenizer or the shapes disagree (the caller rebuilds from the texts)."""
+        self = cls(tokenizer=tokenizer)
+        if meta.get("tokenizer") != self.tokenizer_key():
+            return None
+        v = int(meta["n_terms"])
+        blob = bytes(arrays["terms"])
+        terms = blob.decode("utf-8").split("\n") if v else []
+        n = arrays["slot_doc"].shape[0]
+        f = arrays["fwd_term"].shape[0]
+        ptr = arrays["base_ptr"]
+        if (len(terms) != v or arrays["df"].shape[0] != v or ptr.shape[0] != v + 1
+                or any(arrays[k].shape[0] != n for k in ("slot_len", "slot_alive", "slot_start", "slot_nterms"))
+                or arrays["fwd_tf"].shape[0] != f or arrays["base_slot"].shape[0] != arrays["base_tf"].shape[0]
+                or (v and int(ptr[-1]) != arrays["base_slot"].shape[0])):
+            return None
+        self._term_id = dict(zip(terms, range(v)))
+        if len(self._term_id) != v:
+            return None
+        self._df = arrays["df"]
+        self._slot_doc, self._slot_len = arrays["slot_doc"], arrays["slot_len"]
+        self._slot_alive, self._slot_start = arrays["slot_alive"], arrays["slot_start"]
+        self._slot_nterms, self._doc_slot = arrays["slot_nterms"], arrays["doc_slot"]
+        self._fwd_term, self._fwd_tf, self._fwd_n = arrays["fwd_term"], arrays["fwd_tf"], f
+        self._base_ptr, self._base_slot, self._base_tf = ptr, arrays["base_slot"], arrays["base_tf"]
+        self._n_slots = n
+        self._n_live = int(meta["n_live"])
+        self._total_len = int(meta["total_len"])
+        self._n_dead = n - int(np.count_nonzero(self._slot_alive))
+        if self._n_live != n - self._n_dead:
+            return None
+        return self
 
     # ------------------------------------------------------------------ writes
 

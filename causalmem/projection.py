@@ -121,10 +121,16 @@ class Projection:
         self.pending_learned: Callable[[], list[tuple[int, int, float]]] | None = None
         self.rebuilds = 0
         self.last_rebuild_seconds = 0.0
+        #: returns (graph, arrays, meta) saved for the store's current state (a sidecar), or None;
+        #: tried once, instead of the first full rebuild
+        self.restore: Callable[[], tuple[CausalGraph, dict, dict] | None] | None = None
+        #: advanced by every change of the graph, overlay or counters (what a saved copy compares)
+        self.version = 0
 
     # -- write notifications (called after the transaction committed) --------
     def count_write(self, n: int = 1) -> None:
         self._pending += n
+        self.version += 1
 
     def learned_links(self, deltas: list[tuple[int, int, float]]) -> None:
         """Co-occurrence weight learned by a search, ``(a, b, weight added)``: visible to the next
@@ -132,6 +138,7 @@ class Projection:
         delta on a pair the graph already holds gives exactly the new weight)."""
         if self.graph is None or self._stale or not deltas:
             return  # the rebuild reads the store and ``pending_learned``
+        self.version += 1
         for a, b, d in deltas:
             a, b = (a, b) if a < b else (b, a)
             self._overlay.add_learned(a, b, d * CO_OCCURRENCE_COEFFICIENT)
@@ -159,6 +166,7 @@ class Projection:
     def mark_stale(self) -> None:
         """Force a full rebuild at the next query (external writer, sleep, bulk change)."""
         self._stale = True
+        self.version += 1
 
     def edge_added(self, eid: int, src: int, dst: int, relation: Relation, confidence: float,
                    weight: float = 1.0) -> None:
@@ -166,6 +174,7 @@ class Projection:
             return
         self._overlay.add(eid, src, dst, edge_value(relation, confidence, weight), relation.inhibitory)
         self.n_nodes = max(self.n_nodes, src + 1, dst + 1)
+        self.version += 1
 
     def edge_invalidated(self, eid: int) -> None:
         if self.graph is None or self._stale:
@@ -176,6 +185,7 @@ class Projection:
             pass
         self._overlay.dead.add(eid)
         self._overlay.cache = None
+        self.version += 1
 
     def edge_restored(self, eid: int) -> None:
         # Restoring is rare; a rebuild is the simplest exact answer.
@@ -188,6 +198,7 @@ class Projection:
             self.graph.invalidate_node(nid)
         self._overlay.dead_nodes.add(nid)
         self._overlay.cache = None
+        self.version += 1
 
     # -- reads ------------------------------------------------------------------
     def needs_rebuild(self) -> bool:
@@ -206,8 +217,77 @@ class Projection:
         assert self.graph is not None
         return self.graph, self._overlay.csr_pair(self.graph.n_nodes)
 
+    def is_clean(self) -> bool:
+        """The graph alone holds what the store held at the last notification: no overlay, no
+        pending write, not stale."""
+        ov = self._overlay
+        return (self.graph is not None and not self._stale and self._pending == 0
+                and not len(ov) and not ov.dead and not ov.dead_nodes)
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict] | None:
+        """The graph, its write overlay (learned links included) and counters, for a sidecar file
+        (``adopt`` restores them as they were: the loading process carries on as this one would);
+        None when stale."""
+        if self.graph is None or self._stale:
+            return None
+        ov = self._overlay
+        arrays = dict(self.graph.to_arrays())
+        pairs = list(ov.learned.items())
+        deg = list(ov.learned_deg.items())
+        arrays.update(
+            co_deg=np.asarray(self._co_deg, dtype=np.int64),
+            ov_keys=np.asarray(ov.keys, dtype=np.int64), ov_src=np.asarray(ov.src, dtype=np.int64),
+            ov_dst=np.asarray(ov.dst, dtype=np.int64), ov_val=np.asarray(ov.val, dtype=np.float64),
+            ov_inh=np.asarray(ov.inh, dtype=bool), ov_dead=np.asarray(sorted(ov.dead), dtype=np.int64),
+            ov_dead_nodes=np.asarray(sorted(ov.dead_nodes), dtype=np.int64),
+            ov_learned=np.asarray([[a, b, i, j] for (a, b), (i, j) in pairs], dtype=np.int64).reshape(-1, 4),
+            ov_learned_deg=np.asarray(deg, dtype=np.int64).reshape(-1, 2))
+        meta = {"n_nodes": int(self.n_nodes), "pending": int(self._pending), "built_at": float(self._built_at)}
+        return arrays, meta
+
+    def adopt(self, graph: CausalGraph, arrays: dict | None = None, meta: dict | None = None) -> None:
+        """Take a graph (and the overlay and counters saved with it) that holds the store's current
+        state, loaded from a sidecar, as if this process had built it."""
+        self.restore = None
+        overlay = _Overlay()
+        co_deg = np.zeros(0, np.int64)
+        if arrays is not None and "ov_keys" in arrays:
+            k = arrays["ov_keys"].shape[0]
+            if any(arrays[f"ov_{c}"].shape != (k,) for c in ("src", "dst", "val", "inh")):
+                raise ValueError("projection overlay arrays disagree")
+            overlay.keys, overlay.src = arrays["ov_keys"].tolist(), arrays["ov_src"].tolist()
+            overlay.dst, overlay.val = arrays["ov_dst"].tolist(), arrays["ov_val"].tolist()
+            overlay.inh = arrays["ov_inh"].tolist()
+            overlay.dead, overlay.dead_nodes = set(arrays["ov_dead"].tolist()), set(arrays["ov_dead_nodes"].tolist())
+            overlay.learned = {(a, b): (i, j) for a, b, i, j in arrays["ov_learned"].tolist()}
+            if any(not (0 <= i < k and 0 <= j < k) for i, j in overlay.learned.values()):
+                raise ValueError("projection overlay: learned positions out of range")
+            overlay.learned_deg = {n: c for n, c in arrays["ov_learned_deg"].tolist()}
+            co_deg = np.array(arrays["co_deg"], dtype=np.int64)
+        meta = meta or {}
+        self.graph, self._overlay, self._co_deg = graph, overlay, co_deg
+        self.n_nodes = max(self.n_nodes, graph.n_nodes, int(meta.get("n_nodes", 0)))
+        self._pending = int(meta.get("pending", 0))
+        self._stale = False
+        self._built_at = float(meta["built_at"]) if "built_at" in meta else self._clock()
+        self.version += 1
+
     def rebuild(self) -> None:
         t0 = time.perf_counter()
+        restore, self.restore = self.restore, None
+        saved = restore() if restore is not None and self.graph is None else None
+        if saved is not None:
+            try:
+                self.adopt(*saved)
+            except (ValueError, KeyError, TypeError) as exc:  # a damaged file: build from the store
+                log.info("causalmem: saved projection not used (%s); rebuilding", exc)
+                saved = None
+        if saved is not None:
+            if self.pending_learned is not None:  # learned weight not in the store yet (none at close)
+                self.learned_links(self.pending_learned())
+            log.debug("causalmem: graph loaded from its sidecar (%d nodes, %d edges) in %.3fs",
+                      saved[0].n_nodes, saved[0].n_edges, time.perf_counter() - t0)
+            return
         data = self._load()
         graph = build_graph(data)
         co = data["co"]

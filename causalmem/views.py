@@ -22,11 +22,13 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from . import sidecar
 from .chunks import ChunkTable
 from .embedding import EmbeddingWorker, Progress, decode_rows, embed_pending
 from .config import Config
 from .lexical import BM25Index
 from .onnx_embedder import QueryVectorCache
+from .graph import CausalGraph
 from .projection import Projection
 from .semantic import Embedder, VectorIndex, blob_to_vector, resolve_embedder, vector_to_blob
 from .store.base import EmbeddingRow, StoreBackend, text_hash
@@ -77,6 +79,16 @@ class Views:
         self.clock: Callable[[], float] = clock or time.time
         self.lock = lock if lock is not None else threading.RLock()
         self.projection = Projection(store.projection_arrays, config, self.clock)
+        # sidecar snapshots (``<db>.idx/``): which store state (change_seq) the views hold, exactly,
+        # or None when unknown (then nothing is saved); which views changed since loaded/saved
+        self.sidecar_dir = sidecar.sidecar_dir(getattr(store, "path", None))
+        self._seq: int | None = None
+        self._dirty: set[str] = set()
+        self._file_seq: dict[str, int] = {}  # kind -> change_seq in that file's header
+        self._graph_saved: int | None = None  # the projection version the projection file holds
+        self._files_tried = False  # a first write looked for current index files
+        if self.sidecar_dir is not None:
+            self.projection.restore = self._restore_projection
         self.chunks: ChunkTable | None = None
         self.lexical: BM25Index | None = None
         self.vectors: VectorIndex | None = None
@@ -196,7 +208,10 @@ class Views:
             except StoreError as exc:
                 self.drop_reinforcement(str(exc))
             finally:
-                self.store.close()
+                try:
+                    self.save_sidecars()  # never raises
+                finally:
+                    self.store.close()
 
     def flush(self) -> int:
         """``Memory.flush``: wait for every vector, then write the queued reinforcement."""
@@ -254,14 +269,133 @@ class Views:
         self.sync_external()
         if self.chunks is None or self.lexical is None:
             self._updates_seen = self.store.last_update_event()
-            table = ChunkTable()
-            index = BM25Index()
-            for cols in self.store.chunk_columns():
-                table.load(cols)
-                assert cols.text is not None
-                index.add_many([(n, t) for n, t, a in zip(cols.nid, cols.text, cols.alive) if a])
+            seq = self._read_seq()  # before reading rows: the views can only be newer than seq
+            table, index = self._load_tables(seq)
+            if table is None or index is None:
+                fresh_table, fresh_index = ChunkTable(), BM25Index()
+                for cols in self.store.chunk_columns(with_text=index is None):
+                    if table is None:
+                        fresh_table.load(cols)
+                    if index is None:
+                        assert cols.text is not None
+                        fresh_index.add_many([(n, t) for n, t, a in zip(cols.nid, cols.text, cols.alive) if a])
+                if table is None:
+                    table = fresh_table
+                    self._dirty.add("chunks")
+                if index is None:
+                    index = fresh_index
+                    self._dirty.add("lexical")
             self.chunks, self.lexical = table, index
+            self._seq = seq
         return self.chunks, self.lexical
+
+    # ------------------------------------------------------------------ sidecar snapshots
+    def _read_seq(self) -> int | None:
+        change_seq = getattr(self.store, "change_seq", None)
+        return None if change_seq is None else int(change_seq())
+
+    def _load_tables(self, seq: int | None) -> tuple[ChunkTable | None, BM25Index | None]:
+        """Chunk table and BM25 index from their sidecar files when those match ``seq``."""
+        if self.sidecar_dir is None or seq is None:
+            return None, None
+        table = index = None
+        snap = sidecar.load_arrays(self.sidecar_dir, "chunks", seq)
+        if snap is not None:
+            table = _guarded(lambda sn: ChunkTable.from_arrays(sn.arrays, sn.meta), snap)
+            if table is not None:
+                self._file_seq["chunks"] = seq
+        snap = sidecar.load_arrays(self.sidecar_dir, "lexical", seq)
+        if snap is not None:
+            index = _guarded(lambda sn: BM25Index.from_arrays(sn.arrays, sn.meta), snap)
+            if index is not None:
+                self._file_seq["lexical"] = seq
+        return table, index
+
+    def _adopt_current_files(self) -> None:
+        """Before the first write of a process that has not searched yet: take the index files if
+        they hold the store's current state, so the write reaches them and ``close`` saves them
+        (otherwise the next open would find them one write behind and rebuild from the database)."""
+        if self._files_tried or self.sidecar_dir is None or self.chunks is not None:
+            return
+        self._files_tried = True
+        if not (self.sidecar_dir / "lexical.cmx").exists():
+            return
+        updates_seen = self.store.last_update_event()
+        seq = self._read_seq()
+        table, index = self._load_tables(seq)
+        if table is None or index is None:
+            return
+        self._updates_seen = updates_seen
+        self.chunks, self.lexical, self._seq = table, index, seq
+        if self.projection.graph is None:
+            saved = self._restore_projection()
+            if saved is not None:
+                try:
+                    self.projection.adopt(*saved)
+                except (ValueError, KeyError, TypeError):
+                    self._file_seq.pop("projection", None)  # rebuilt at the first query
+
+    def _restore_projection(self) -> Any:
+        """The projection's graph from its sidecar when it matches the store now (else None)."""
+        seq = self._seq if self._seq is not None else self._read_seq()
+        if seq is None or (self._seq is not None and self._read_seq() != seq):
+            return None
+        snap = sidecar.load_arrays(self.sidecar_dir, "projection", seq)
+        if snap is None:
+            return None
+        graph = _guarded(lambda s: CausalGraph.from_state_arrays(s.arrays), snap)
+        if graph is None:
+            return None
+        self._file_seq["projection"] = seq
+        # adopt() bumps the version once: the saved copy is that version
+        self._graph_saved = self.projection.version + 1
+        return graph, snap.arrays, snap.meta
+
+    def save_sidecars(self) -> list[str]:
+        """Write the views that changed to ``<db>.idx/`` (at ``close``); returns the kinds written.
+
+        A view is saved only when the views hold exactly the store's current state (``change_seq``
+        known and unchanged since); the projection only when it has no write overlay or deferred
+        change. Never raises: a failed save leaves an older file, which its header disowns."""
+        directory = self.sidecar_dir
+        if directory is None or getattr(self.store, "read_only", False):
+            return []
+        written: list[str] = []
+        with self.lock:
+            try:
+                self.sync_external()
+                seq = self._seq
+                if seq is None or self._read_seq() != seq:
+                    return []
+                items: list[tuple[str, Callable[[], tuple[dict, dict] | None]]] = []
+                if self.chunks is not None:
+                    items.append(("chunks", self.chunks.to_arrays))
+                if self.lexical is not None:
+                    items.append(("lexical", self.lexical.to_arrays))
+                proj = self.projection
+                if proj.graph is not None and not proj._stale:
+                    if proj.version != self._graph_saved:
+                        self._dirty.add("projection")
+                    items.append(("projection", proj.state))
+                for kind, get in items:
+                    if kind not in self._dirty and self._file_seq.get(kind) == seq:
+                        continue
+                    if kind not in self._dirty and kind in self._file_seq and \
+                            sidecar.restamp(directory, kind, self._file_seq[kind], seq):
+                        self._file_seq[kind] = seq
+                        continue
+                    state = get()
+                    if state is None:
+                        continue
+                    sidecar.save_arrays(directory, kind, seq, state[0], state[1])
+                    self._file_seq[kind] = seq
+                    self._dirty.discard(kind)
+                    written.append(kind)
+                    if kind == "projection":
+                        self._graph_saved = proj.version
+            except Exception as exc:  # a full disk or a read-only directory must not fail close()
+                log.warning("causalmem: could not save the index files in %s: %s", directory, exc)
+        return written
 
     def vector_index(self) -> VectorIndex | None:
         emb = self.embedder
@@ -291,6 +425,7 @@ class Views:
             outer = self._effects is None
             if outer:
                 self.sync_external()
+                self._adopt_current_files()
                 self._effects = []
             effects = self._effects
             assert effects is not None
@@ -310,10 +445,21 @@ class Views:
                 self._effects = None
                 for fx in effects:
                     fx()
+                self._track_commit()
                 self._data_version = self.store.data_version()
                 if self._embed_queued:
                     self._embed_queued = False
                     self.queue_changed()
+
+    def _track_commit(self) -> None:
+        """After an own commit: the views now hold the committed state if they held the one before."""
+        if not hasattr(self.store, "committed_seq"):
+            self._seq = None
+            return
+        committed = self.store.committed_seq
+        if committed is None:
+            return  # nothing changed
+        self._seq = committed if self._seq is not None and self._seq == committed - 1 else None
 
     def sync_external(self) -> None:
         """Another connection committed: bring the views up to date with the store."""
@@ -333,6 +479,8 @@ class Views:
         A text *changed* elsewhere (an ``update`` event we did not make) rebuilds them instead."""
         self.projection.mark_stale()
         self.reset_embedded_mark()  # another process may have changed texts or written without vectors
+        self._seq = self._read_seq()  # read before the rows: the patched views are at least this new
+        self._dirty.update(("chunks", "lexical"))
         if self.chunks is None or self.lexical is None:
             self.chunks = self.lexical = self.vectors = None
             return
@@ -377,6 +525,7 @@ class Views:
             self._embed_queued = True
 
         def apply() -> None:
+            self._dirty.update(("chunks", "lexical"))
             if self.chunks is not None:
                 for c in chunks:
                     self.chunks.set(c.nid, kind=c.kind, created_at=c.created_at, event_time=c.event_time, q=c.q,
@@ -412,6 +561,7 @@ class Views:
 
     def chunk_deleted(self, fx: Effects, nid: int) -> None:
         def apply() -> None:
+            self._dirty.update(("chunks", "lexical"))
             if self.chunks is not None:
                 self.chunks.kill(nid)
             if self.lexical is not None and nid in self.lexical:
@@ -427,6 +577,7 @@ class Views:
             self._embed_queued = True
             self.reset_embedded_mark()
         def apply() -> None:
+            self._dirty.add("lexical")
             self._updates_seen = self.store.last_update_event()
             if self.lexical is not None:
                 self.lexical.update(nid, text)
@@ -440,6 +591,7 @@ class Views:
 
     def q_changed(self, fx: Effects, nid: int, q: float) -> None:
         def apply() -> None:
+            self._dirty.add("chunks")
             if self.chunks is not None and nid < self.chunks.n:
                 self.chunks.q[nid] = q
 
@@ -448,6 +600,7 @@ class Views:
     def accessed(self, fx: Effects, nids: Sequence[int]) -> None:
         """A search returned ``nids``: importance + 0.1 (its learned links are in the projection already)."""
         def apply() -> None:
+            self._dirty.add("chunks")
             table = self.chunks
             if table is not None:
                 idx = np.asarray([n for n in nids if n < table.n], dtype=np.int64)
@@ -460,6 +613,11 @@ class Views:
         def apply() -> None:
             self.chunks = self.lexical = self.vectors = None
             self.projection.mark_stale()
+            # purged text must not outlive the purge in an index file (they are rebuilt and saved again)
+            for kind in sidecar.KINDS:
+                sidecar.remove(self.sidecar_dir, kind)
+            self._file_seq.clear()
+            self._graph_saved = None
 
         fx.append(apply)
 
@@ -569,3 +727,13 @@ class Views:
 
     def count_write(self, fx: Effects, n: int = 1) -> None:
         fx.append(lambda: self.projection.count_write(n))
+
+
+def _guarded(build: Callable[[Any], Any], snap: sidecar.Snapshot) -> Any:
+    """``build(snap)`` with a damaged snapshot's errors turned into None (rebuild from the store)."""
+    try:
+        return build(snap)
+    except Exception as exc:
+        log.info("causalmem: sidecar %s not used (%s: %s); rebuilding from the database", snap.path,
+                 type(exc).__name__, exc)
+        return None

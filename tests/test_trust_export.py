@@ -164,6 +164,7 @@ def test_vectors_are_optional(db_path, tmp_path):
     emb = HashEmbedder()
     with Memory(db_path, embedder=emb) as m:
         m.record_decision("enable caching", "faster response")
+        m.flush()  # the vectors are computed in the background: wait for them before exporting
         m.export(tmp_path / "novec.jsonl")
         m.export(tmp_path / "vec.jsonl", vectors=True)
     assert '"type": "embedding"' not in (tmp_path / "novec.jsonl").read_text()

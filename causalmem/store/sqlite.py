@@ -222,6 +222,9 @@ class SQLiteStore:
         self.busy_timeout_ms = int(busy_timeout_ms)
         self._lock = threading.RLock()
         self._depth = 0
+        #: ``change_seq`` as this connection's last write transaction committed it (None: that
+        #: transaction changed nothing); lets the views know exactly which state they hold
+        self.committed_seq: int | None = None
         self._closed = False
         memory = self.path == ":memory:"
         exists = not memory and Path(self.path).exists()
@@ -382,6 +385,7 @@ class SQLiteStore:
                     if not wait:
                         self.conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
                 self._depth = 1
+                self.committed_seq = None
                 changes_before = self.conn.total_changes
                 try:
                     yield self.conn
@@ -487,9 +491,11 @@ class SQLiteStore:
 
     def _advance_change_seq(self) -> None:
         """Inside the outermost write transaction, just before COMMIT: one statement."""
-        self.conn.execute(
+        row = self.conn.execute(
             "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
-            "value = CAST(value AS INTEGER) + 1", (CHANGE_SEQ_KEY, str(secrets.randbits(40) << 20)))
+            "value = CAST(value AS INTEGER) + 1 RETURNING value",
+            (CHANGE_SEQ_KEY, str(secrets.randbits(40) << 20))).fetchone()
+        self.committed_seq = int(row[0])
 
     def integrity_check(self) -> str:
         return self._one("PRAGMA integrity_check")

@@ -1,0 +1,405 @@
+"""Sidecar index files (``<db>.idx/``): the views a fresh process loads instead of re-reading and
+re-tokenizing the store must answer exactly like views rebuilt from the database, after any
+sequence of writes; a file that does not match the database (another state, another database, a
+crash before the refresh, truncation, damage) is detected and rebuilt, never trusted, never fatal."""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from causalmem import Memory
+from causalmem import sidecar
+from causalmem.chunks import ChunkTable
+from causalmem.lexical import BM25Index
+from causalmem.projection import build_graph
+
+REPO = Path(__file__).resolve().parents[1]
+WORDS = ["cache", "deploy", "latency", "rollback", "schema", "index", "timeout", "retry", "memory", "build",
+         "failed", "passed", "slow", "fast", "migration", "kernel", "queue", "worker", "disk", "ünïcode", "naïve"]
+QUERIES = ["cache latency", "deploy failed", "rollback schema migration", "retry timeout queue", "ünïcode",
+           "memory disk worker build", "fast passed", "kernel"]
+
+
+def _fresh_views(store):
+    """Chunk table and BM25 index built from the database now (what a store without sidecars gets)."""
+    table, index = ChunkTable(), BM25Index()
+    for cols in store.chunk_columns():
+        table.load(cols)
+        index.add_many([(n, t) for n, t, a in zip(cols.nid, cols.text, cols.alive) if a])
+    return table, index
+
+
+def _assert_same_as_rebuild(mem: Memory) -> None:
+    views = mem._views
+    table, index = views.tables()
+    fresh_table, fresh_index = _fresh_views(mem._store)
+    assert np.array_equal(index.doc_ids(), fresh_index.doc_ids())
+    assert index.n_docs == fresh_index.n_docs and index.avgdl == pytest.approx(fresh_index.avgdl, rel=1e-12)
+    for q in QUERIES:
+        ids, scores = index.search(q, top_k=20)
+        f_ids, f_scores = fresh_index.search(q, top_k=20)
+        assert ids.tolist() == f_ids.tolist(), q
+        assert scores.tolist() == f_scores.tolist(), q
+    n = fresh_table.n
+    assert table.n >= n
+    live = np.flatnonzero(fresh_table.alive[:n])
+    assert np.array_equal(np.flatnonzero(table.alive[: table.n]), live)
+    for col in ("created_at", "q", "importance"):
+        assert np.array_equal(getattr(table, col)[live], getattr(fresh_table, col)[live]), col
+    for user in ("alice", "bob", None):
+        assert np.array_equal(table.scope_mask(user_id=user)[:n], fresh_table.scope_mask(user_id=user)[:n])
+    assert np.array_equal(table.scope_mask(kinds=("decision",))[:n], fresh_table.scope_mask(kinds=("decision",))[:n])
+    proj = views.projection
+    if proj.is_clean():  # a graph without overlay must be the store's graph
+        fresh = build_graph(mem._store.projection_arrays())
+        mine = proj.graph
+        fw, ff = mine.forward, fresh.forward
+        m = min(fw.n_nodes, ff.n_nodes)
+        assert np.array_equal(fw.indptr[: m + 1], ff.indptr[: m + 1])
+        assert np.array_equal(fw.indices, ff.indices) and np.array_equal(fw.weights, ff.weights)
+        assert np.array_equal(fw.valid, ff.valid)
+
+
+def _crash(mem: Memory) -> None:
+    """Drop a Memory the way a killed process does: nothing saved, nothing flushed."""
+    views = mem._views
+    views.stop_worker()
+    views._queued = []
+    mem._store.close()
+
+
+text_st = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)
+
+
+class SidecarMachine(RuleBasedStateMachine):
+    """Random writes, edits, deletes, purges, sleeps, searches, other-process writes, crashes and
+    reopenings; after each step the views in use answer exactly like a fresh rebuild."""
+
+    @initialize()
+    def open(self):
+        import tempfile
+
+        self.dir = Path(tempfile.mkdtemp(prefix="causalmem-sidecar-"))
+        self.path = self.dir / "m.db"
+        self.mem = Memory(self.path, embedder=None, clock=self.clock)
+        self.now = 1.8e9
+        self.n = 0
+        self.chunks: list[str] = []
+
+    def clock(self):
+        return self.now
+
+    def teardown(self):
+        try:
+            self.mem.close()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    @rule(a=text_st, b=text_st, user=st.sampled_from(["alice", "bob", None]))
+    def record(self, a, b, user):
+        self.n += 1
+        e = self.mem.record_decision(f"{a} {self.n}", f"{b} outcome {self.n}", user_id=user)
+        self.chunks += [e.src, e.dst]
+
+    @rule(items=st.lists(st.tuples(text_st, text_st), min_size=2, max_size=70))
+    def record_many(self, items):
+        self.n += 1
+        edges = self.mem.record_many([(f"{a} m{self.n} d{i}", f"{b} m{self.n} o{i}") for i, (a, b) in enumerate(items)])
+        for e in edges:
+            self.chunks += [e.src, e.dst]
+
+    @rule(text=text_st, user=st.sampled_from(["alice", "bob"]))
+    def add_turn(self, text, user):
+        self.n += 1
+        self.mem.add(f"{text} turn {self.n}", user_id=user, session_id="s")
+
+    @precondition(lambda self: self.chunks)
+    @rule(i=st.integers(0, 10_000), text=text_st)
+    def update(self, i, text):
+        cid = self.chunks[i % len(self.chunks)]
+        if self.mem.get(cid).valid:
+            self.mem.update(cid, f"{text} edited")
+
+    @precondition(lambda self: self.chunks)
+    @rule(i=st.integers(0, 10_000))
+    def delete(self, i):
+        cid = self.chunks[i % len(self.chunks)]
+        if self.mem.get(cid).valid:
+            self.mem.delete(cid)
+
+    @rule(user=st.sampled_from(["alice", "bob"]), purge=st.booleans())
+    def delete_all(self, user, purge):
+        self.mem.delete_all(user_id=user, purge=purge)
+        if purge:
+            alive = set()
+            for cid in self.chunks:
+                try:
+                    self.mem.get(cid)
+                    alive.add(cid)
+                except Exception:
+                    pass
+            self.chunks = [c for c in self.chunks if c in alive]
+
+    @rule(q=st.sampled_from(QUERIES), reinforce=st.booleans())
+    def search(self, q, reinforce):
+        self.mem.search(q, reinforce=reinforce)
+
+    @rule()
+    def sleep(self):
+        self.now += 3 * 86400
+        self.mem.sleep()
+
+    @rule(a=text_st, b=text_st)
+    def other_process_writes(self, a, b):
+        other = Memory(self.path, embedder=None)
+        self.n += 1
+        other.record_decision(f"{a} other {self.n}", f"{b} other outcome {self.n}")
+        other.close()
+
+    def _answers(self):
+        return [[(h.id, h.score) for h in self.mem.search(q, reinforce=False)] for q in QUERIES]
+
+    @rule()
+    def reopen(self):
+        before = self._answers()
+        self.mem.close()
+        self.mem = Memory(self.path, embedder=None, clock=self.clock)
+        self.mem._views.tables()
+        # what close saved is what this open uses (the invariant then compares it with a rebuild),
+        # and every answer is the one the closing process gave
+        assert {"chunks", "lexical"} <= set(self.mem._views._file_seq)
+        assert self._answers() == before
+
+    @rule(a=text_st, b=text_st)
+    def crash_after_a_write(self, a, b):
+        self.n += 1
+        self.mem.record_decision(f"{a} lost {self.n}", f"{b} lost outcome {self.n}")
+        _crash(self.mem)
+        self.mem = Memory(self.path, embedder=None, clock=self.clock)
+
+    @invariant()
+    def answers_like_a_rebuild(self):
+        if hasattr(self, "mem"):
+            _assert_same_as_rebuild(self.mem)
+
+
+SidecarMachine.TestCase.settings = settings(max_examples=int(os.environ.get('SIDECAR_EXAMPLES', 12)), stateful_step_count=14, deadline=None,
+                                            suppress_health_check=list(HealthCheck))
+test_sidecar_views_answer_like_a_rebuild = SidecarMachine.TestCase
+
+
+# ------------------------------------------------------------------------------ fixed cases
+def _store(path: Path, n: int = 120) -> None:
+    with Memory(path, embedder=None) as m:
+        m.record_many([(f"{WORDS[i % len(WORDS)]} decision {i}", f"{WORDS[(i * 7) % len(WORDS)]} outcome {i}")
+                       for i in range(n)])
+        m.search("cache latency", reinforce=False)
+
+
+def _answers(path: Path) -> list:
+    with Memory(path, embedder=None) as m:
+        return [[(h.id, round(h.score, 9)) for h in m.search(q, reinforce=False)] for q in QUERIES]
+
+
+def test_close_writes_the_files_and_a_fresh_open_uses_them(tmp_path):
+    path = tmp_path / "m.db"
+    _store(path)
+    idx = Path(str(path) + ".idx")
+    assert sorted(p.name for p in idx.iterdir()) == ["chunks.cmx", "lexical.cmx", "projection.cmx"]
+    with Memory(path, embedder=None) as m:
+        m.search("deploy failed", reinforce=False)
+        assert set(m._views._file_seq) == {"chunks", "lexical", "projection"}  # loaded, not rebuilt
+        assert m._projection.rebuilds == 0
+        _assert_same_as_rebuild(m)
+
+
+def test_memory_store_has_no_sidecar(tmp_path):
+    with Memory(":memory:", embedder=None) as m:
+        m.record_decision("a", "b")
+        m.search("a")
+        assert m._views.sidecar_dir is None
+
+
+def _damage(idx: Path, how: str, other: Path) -> None:
+    f = idx / "lexical.cmx"
+    data = bytearray(f.read_bytes())
+    if how == "truncated":
+        f.write_bytes(bytes(data[: len(data) // 2]))
+    elif how == "empty":
+        f.write_bytes(b"")
+    elif how == "flipped byte":
+        data[-100] ^= 0x5A
+        f.write_bytes(bytes(data))
+    elif how == "garbage":
+        f.write_bytes(os.urandom(len(data)))
+    elif how == "bad header":
+        f.write_bytes(data[:12] + b"{not json" + data[21:])
+    elif how == "another database's file":
+        shutil.copy(Path(str(other) + ".idx") / "lexical.cmx", f)
+    elif how == "directory instead of file":
+        f.unlink()
+        f.mkdir()
+
+
+@pytest.mark.parametrize("how", ["truncated", "empty", "flipped byte", "garbage", "bad header",
+                                 "another database's file", "directory instead of file"])
+def test_a_damaged_or_foreign_file_is_rebuilt_never_trusted(tmp_path, how, caplog):
+    path, other = tmp_path / "m.db", tmp_path / "other.db"
+    _store(path)
+    _store(other, n=60)
+    want = _answers(path)
+    _damage(Path(str(path) + ".idx"), how, other)
+    with caplog.at_level(logging.INFO, logger="causalmem"):
+        with Memory(path, embedder=None) as m:
+            got = [[(h.id, round(h.score, 9)) for h in m.search(q, reinforce=False)] for q in QUERIES]
+            assert "lexical" not in m._views._file_seq
+            _assert_same_as_rebuild(m)
+    assert got == want
+    if how != "directory instead of file":
+        assert "not used" in caplog.text
+        # rewritten at close: the next open uses it again
+        with Memory(path, embedder=None) as m:
+            m.search("cache", reinforce=False)
+            assert "lexical" in m._views._file_seq
+
+
+def test_a_crash_after_writes_is_detected_at_the_next_open(tmp_path):
+    """A process killed (SIGKILL) after committing writes never refreshed the files: the next open
+    sees the change counter moved on and answers with the new rows."""
+    path = tmp_path / "m.db"
+    _store(path)
+    code = f"""
+import os, signal, sys
+sys.path.insert(0, {str(REPO)!r})
+from causalmem import Memory
+m = Memory({str(path)!r}, embedder=None)
+m.search("cache", reinforce=False)
+m.record_decision("zebra migration crashed", "unicorn outcome")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert p.returncode == -9
+    with Memory(path, embedder=None) as m:
+        hits = m.search("zebra unicorn", reinforce=False)
+        assert "zebra migration crashed" in [h.text for h in hits]
+        assert "lexical" not in m._views._file_seq
+        _assert_same_as_rebuild(m)
+
+
+def test_purge_removes_the_index_files_and_the_purged_words(tmp_path):
+    path = tmp_path / "m.db"
+    secret = "qzxsecretword"
+    with Memory(path, embedder=None) as m:
+        m.record_decision(f"share {secret}", "leaked", user_id="alice")
+        m.record_decision("bob keeps this", "bob outcome", user_id="bob")
+        m.search("bob", reinforce=False)
+    idx = Path(str(path) + ".idx")
+    assert secret.encode() in (idx / "lexical.cmx").read_bytes()
+    with Memory(path, embedder=None) as m:
+        m.search("bob", reinforce=False)
+        m.delete_all(user_id="alice", purge=True)
+        assert not (idx / "lexical.cmx").exists()
+        m.search("bob", reinforce=False)
+    for f in idx.iterdir():
+        assert secret.encode() not in f.read_bytes(), f.name
+    # a purge by another process: this one's index still held the word in its vocabulary
+    with Memory(path, embedder=None) as m:
+        m.record_decision(f"again {secret}", "x", user_id="carol")
+    with Memory(path, embedder=None) as a:
+        a.search("bob", reinforce=False)
+        with Memory(path, embedder=None) as b:
+            b.delete_all(user_id="carol", purge=True)
+        a.search("bob", reinforce=False)
+    for f in idx.iterdir():
+        assert secret.encode() not in f.read_bytes(), f.name
+
+
+def test_deleting_the_directory_is_safe_and_an_unwritable_one_does_not_fail_close(tmp_path):
+    path = tmp_path / "m.db"
+    _store(path)
+    want = _answers(path)
+    shutil.rmtree(Path(str(path) + ".idx"))
+    assert _answers(path) == want
+    assert (Path(str(path) + ".idx") / "lexical.cmx").exists()
+    shutil.rmtree(Path(str(path) + ".idx"))
+    Path(str(path) + ".idx").write_text("a file where the directory should be")
+    with Memory(path, embedder=None) as m:
+        m.record_decision("new decision", "new outcome")
+        assert m.search("new decision", reinforce=False)
+    # close logged the failure and returned
+
+
+def test_read_only_open_loads_but_never_writes(tmp_path):
+    path = tmp_path / "m.db"
+    _store(path)
+    idx = Path(str(path) + ".idx")
+    before = {p.name: p.stat().st_mtime_ns for p in idx.iterdir()}
+    with Memory(path, embedder=None, read_only=True) as m:
+        assert m.search("cache", reinforce=False)
+        assert "lexical" in m._views._file_seq
+    assert {p.name: p.stat().st_mtime_ns for p in idx.iterdir()} == before
+
+
+def test_unchanged_views_are_restamped_not_rewritten(tmp_path):
+    path = tmp_path / "m.db"
+    _store(path)
+    idx = Path(str(path) + ".idx")
+    inode = (idx / "lexical.cmx").stat().st_ino
+    with Memory(path, embedder=None) as m:
+        hits = m.search("cache", reinforce=False)
+        m.feedback(hits[0].id, 1.0)  # changes a Q value: the chunk table is written, the index is not
+    assert (idx / "lexical.cmx").stat().st_ino == inode
+    with Memory(path, embedder=None) as m:
+        m.search("cache", reinforce=False)
+        assert {"chunks", "lexical"} <= set(m._views._file_seq)
+        _assert_same_as_rebuild(m)
+
+
+def test_save_load_round_trip_of_the_file_format(tmp_path):
+    arrays = {"a": np.arange(10, dtype=np.int64), "b": np.zeros(0, dtype=np.float32),
+              "c": np.array([True, False]), "d": np.arange(7, dtype=np.int32)}
+    sidecar.save_arrays(tmp_path, "t", 42, arrays, {"x": 1})
+    snap = sidecar.load_arrays(tmp_path, "t", 42)
+    assert snap is not None and snap.meta == {"x": 1}
+    for k, v in arrays.items():
+        assert np.array_equal(snap.arrays[k], v) and snap.arrays[k].dtype == v.dtype
+    assert sidecar.load_arrays(tmp_path, "t", 43) is None
+    assert sidecar.restamp(tmp_path, "t", 42, 43)
+    assert sidecar.load_arrays(tmp_path, "t", 43) is not None
+    assert sidecar.load_arrays(tmp_path, "u", 43) is None
+    snap.arrays["a"][0] = 99  # copy-on-write: the file does not change
+    assert sidecar.load_arrays(tmp_path, "t", 43).arrays["a"][0] == 0
+    assert sidecar.sidecar_dir(":memory:") is None
+    assert sidecar.sidecar_dir(tmp_path / "x.db") is None  # no such file
+    (tmp_path / "x.db").write_bytes(b"")
+    assert sidecar.sidecar_dir(tmp_path / "x.db") == Path(str(tmp_path / "x.db") + ".idx")
+    assert sidecar.sidecar_dir("postgresql://user@localhost/db") is None
+    assert sidecar.sidecar_dir("host=localhost dbname=db") is None
+
+
+def test_a_write_only_process_keeps_the_files_current(tmp_path):
+    """A short process that only writes (a CLI ``record``) takes the current files before its write,
+    so its close saves them and the next open does not rebuild."""
+    path = tmp_path / "m.db"
+    _store(path)
+    with Memory(path, embedder=None) as m:
+        m.record_decision("zebra decision", "zebra outcome")
+        assert "lexical" in m._views._file_seq
+    with Memory(path, embedder=None) as m:
+        assert {h.text for h in m.search("zebra", reinforce=False)} >= {"zebra decision", "zebra outcome"}
+        assert {"chunks", "lexical", "projection"} <= set(m._views._file_seq)
+        assert m._projection.rebuilds == 0  # the graph and the write overlay came from the file
+        got = [[(h.id, round(h.score, 9)) for h in m.search(q, reinforce=False)] for q in QUERIES + ["zebra"]]
+        _assert_same_as_rebuild(m)
+    shutil.rmtree(Path(str(path) + ".idx"))
+    with Memory(path, embedder=None) as m:  # views rebuilt from the database answer the same
+        assert got == [[(h.id, round(h.score, 9)) for h in m.search(q, reinforce=False)] for q in QUERIES + ["zebra"]]
