@@ -251,7 +251,11 @@ class Projection:
         self.restore = None
         overlay = _Overlay()
         co_deg = np.zeros(0, np.int64)
-        if arrays is not None and "ov_keys" in arrays:
+        if arrays is not None:
+            missing = [name for name in ("co_deg", "ov_keys", "ov_src", "ov_dst", "ov_val", "ov_inh", "ov_dead",
+                                         "ov_dead_nodes", "ov_learned", "ov_learned_deg") if name not in arrays]
+            if missing:
+                raise ValueError(f"projection file lacks {', '.join(missing)}")
             k = arrays["ov_keys"].shape[0]
             if any(arrays[f"ov_{c}"].shape != (k,) for c in ("src", "dst", "val", "inh")):
                 raise ValueError("projection overlay arrays disagree")

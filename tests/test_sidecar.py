@@ -403,3 +403,21 @@ def test_a_write_only_process_keeps_the_files_current(tmp_path):
     shutil.rmtree(Path(str(path) + ".idx"))
     with Memory(path, embedder=None) as m:  # views rebuilt from the database answer the same
         assert got == [[(h.id, round(h.score, 9)) for h in m.search(q, reinforce=False)] for q in QUERIES + ["zebra"]]
+
+
+def test_a_projection_file_without_its_overlay_arrays_is_rebuilt(tmp_path):
+    """A file holding only the graph (an older layout, or a partial write by other code) at the right
+    change_seq and with a valid checksum is still refused: the graph is rebuilt from the database."""
+    path = tmp_path / "m.db"
+    _store(path)
+    want = _answers(path)
+    idx = Path(str(path) + ".idx")
+    with Memory(path, embedder=None) as m:
+        seq = m._store.change_seq()
+        snap = sidecar.load_arrays(idx, "projection", seq)
+        assert snap is not None
+        graph_only = {k: np.array(v) for k, v in snap.arrays.items() if not k.startswith(("ov_", "co_deg"))}
+    sidecar.save_arrays(idx, "projection", seq, graph_only, {})
+    with Memory(path, embedder=None) as m:
+        assert [[(h.id, round(h.score, 9)) for h in m.search(q, reinforce=False)] for q in QUERIES] == want
+        assert m._projection.rebuilds == 1
