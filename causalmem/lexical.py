@@ -784,6 +784,11 @@ class BM25Index:
             ok[inside] &= allowed[docs[inside]]
         return ok
 
+    def document_frequency(self, term: str) -> int:
+        """Live documents containing ``term`` (a token as the tokenizer produces it); 0 if unknown."""
+        tid = self._term_id.get(term)
+        return 0 if tid is None else int(self._df[tid])
+
     def scores(self, query: str | Sequence[str]) -> dict[int, float]:
         """BM25 score of every live doc matching ``query`` (doc id -> score)."""
         slots, scores = self._accumulate(query)

@@ -50,6 +50,13 @@ class RetrievalParams:
     unit_degree: float = 2.0      # edges of a plain conversation turn (previous + next); see _graph_bonus
     degree_power: float = 0.5     # 0.5 = symmetric normalisation
     graph_cap: float = 1.0        # no node gains more than this x the best seed's score from the graph
+    # Second pass (pseudo-relevance feedback, as RM3 does for BM25): the ``prf_terms`` words of the
+    # best ``prf_docs`` fused hits that are frequent there and rare in the store, not in the query,
+    # query BM25 again; its scores (/ its best) x ``prf_weight`` x the best fused score are added.
+    # A multi-turn answer shares words with the turns the question found first.
+    prf_terms: int = 10
+    prf_docs: int = 3
+    prf_weight: float = 0.5
 
 
 PARAMS = RetrievalParams()
@@ -153,6 +160,8 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
                                               cos, vec_ids, vec_sc, p)
             if not len(nids):
                 return []
+            if p.prf_terms and "lexical" in chans:
+                nids, scores = _second_pass(views, lexical, query, mask, nids, scores, depth, p)
         else:
             if "graph" in chans and (lex_norm or cos):
                 for ids, sig in ((lex_ids[: p.graph_seeds], lex_norm), (vec_ids[: p.graph_seeds], cos)):
@@ -309,8 +318,9 @@ def _graph_bonus(views: Views, table, seed_ids: np.ndarray, seed_energy: np.ndar
     """What the seeds send each node over the graph (PEDSA with teleport), in seed-score units.
 
     A seed's own energy would mask what its neighbours send it (activation keeps the larger of
-    the two), so seeds spread in two groups, even and odd nids: consecutive turns, which the
-    temporal edges join, always fall in different groups and so credit each other.
+    the two), so seeds spread in groups in which no two seeds are joined by an edge (a greedy
+    colouring of the seeds' adjacency, best seed first): every seed receives what each seed next
+    to it sends, whatever their ids (consecutive turns, a cause and its outcome, a learned pair).
 
     Degree normalisation (symmetric, as in GCN / personalised PageRank): energy leaving a seed
     and energy arriving at a node are divided by sqrt(degree / 2), a turn with its two temporal
@@ -327,13 +337,12 @@ def _graph_bonus(views: Views, table, seed_ids: np.ndarray, seed_energy: np.ndar
     seed_deg = views.projection.degrees(seed_ids)
     energy = (energy / np.maximum(1.0, seed_deg / p.unit_degree) ** p.degree_power).astype(np.float32)
     got_ids, got_val = [], []
-    odd = (seed_ids % 2).astype(bool)
+    colour = _seed_colours(views, seed_ids)
     for weight, reverse in ((p.graph_forward, False), (p.graph_backward, True)):
         if weight == 0:
             continue
-        for sel in (~odd, odd):
-            if not sel.any():
-                continue
+        for c in range(int(colour.max()) + 1):
+            sel = colour == c
             idx = seed_ids[sel]
             nodes, en = views.projection.spread(idx, energy[sel], reverse=reverse, params=kw)
             nodes = nodes.astype(np.int64)
@@ -350,6 +359,73 @@ def _graph_bonus(views: Views, table, seed_ids: np.ndarray, seed_energy: np.ndar
     val: np.ndarray = np.bincount(inv, weights=np.concatenate(got_val), minlength=len(keys))
     val = val * np.maximum(1.0, views.projection.degrees(keys) / p.unit_degree) ** -p.degree_power
     return keys, np.clip(val, -p.graph_cap * e_max, p.graph_cap * e_max)
+
+
+def _second_pass(views: Views, lexical, query: str, mask: np.ndarray, nids: np.ndarray, scores: np.ndarray,
+                 depth: int, p: RetrievalParams) -> tuple[np.ndarray, np.ndarray]:
+    """Pseudo-relevance feedback (see ``RetrievalParams.prf_terms``): candidates and fused scores
+    with the second BM25 pass added (it may bring new candidates)."""
+    top = np.lexsort((nids, -scores))[: p.prf_docs]
+    texts = [t for _, t in views.store.texts_of(nids[top].tolist())]
+    tok = lexical.tokenizer
+    q = set(tok.tokenize(query))
+    tf: dict[str, int] = {}
+    for t in texts:
+        for w in set(tok.tokenize(t)):
+            if w not in q:
+                tf[w] = tf.get(w, 0) + 1
+    n = max(lexical.n_docs, 1)
+
+    def idf(w: str) -> float:
+        df = lexical.document_frequency(w)
+        return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+    terms = sorted(tf, key=lambda w: (-tf[w] * idf(w), w))[: p.prf_terms]
+    if not terms:
+        return nids, scores
+    e_ids, e_sc = lexical.search(terms, top_k=depth, allowed=mask)
+    if not len(e_ids):
+        return nids, scores
+    add = p.prf_weight * float(scores.max()) * e_sc.astype(np.float64) / float(e_sc[0])
+    new = np.setdiff1d(e_ids, nids)
+    if len(new):
+        nids = np.concatenate([nids, new])
+        scores = np.concatenate([scores, np.zeros(len(new))])
+    order = np.argsort(nids)
+    pos = order[np.searchsorted(nids[order], e_ids)]
+    scores = scores.copy()
+    scores[pos] += add
+    return nids, scores
+
+
+def _seed_colours(views: Views, seed_ids: np.ndarray) -> np.ndarray:
+    """Greedy colouring of the seeds (in the given order) so that no edge joins two seeds of one colour."""
+    graph, extra = views.projection.current()
+    parts = [graph.forward] + ([extra[0]] if extra is not None else [])
+    pos = {int(n): k for k, n in enumerate(seed_ids.tolist())}
+    adj: list[set[int]] = [set() for _ in range(len(seed_ids))]
+    for csr in parts:
+        ip, ix, valid = csr.indptr, csr.indices, csr.valid
+        for k, n in enumerate(seed_ids.tolist()):
+            if n >= len(ip) - 1:
+                continue
+            row = ix[ip[n]:ip[n + 1]]
+            hit = np.isin(row, seed_ids)
+            if valid is not None:
+                hit &= valid[ip[n]:ip[n + 1]].astype(bool)
+            for m in row[hit].tolist():
+                j = pos[int(m)]
+                if j != k:
+                    adj[k].add(j)
+                    adj[j].add(k)
+    colour = np.full(len(seed_ids), -1, dtype=np.int64)
+    for k in range(len(seed_ids)):
+        used = {int(colour[j]) for j in adj[k]}
+        c = 0
+        while c in used:
+            c += 1
+        colour[k] = c
+    return colour
 
 
 def _graph_channel(views: Views, table, seeds: dict[int, float], mask: np.ndarray) -> dict[int, float]:

@@ -137,8 +137,8 @@ def test_deleted_memory_never_returned(devops):
 
 
 def test_superseded_chunk_demoted_and_flagged(mem):
-    old = mem.add("the deploy key is stored in vault path A", user_id="u")[0]
-    new = mem.add("the deploy key is stored in vault path B", user_id="u")[0]
+    old = mem.add("the deploy key is stored in vault path alpha", user_id="u")[0]
+    new = mem.add("the deploy key is stored in vault path bravo", user_id="u")[0]
     before = mem.search("deploy key vault path", user_id="u", channels=LEX, reinforce=False)
     assert before[0].id == old.id  # lower nid wins the tie before supersession
     mem.link(new.id, old.id, "invalidates")
@@ -266,3 +266,20 @@ def test_config_rrf_k_is_honoured(clock):
         mem.add(["alpha beta", "alpha", "gamma"], user_id="u")
         hits = mem.search("alpha beta", user_id="u", channels=LEX, fusion="rrf", reinforce=False)
         assert hits[0].score == pytest.approx(1 / 2)  # 1 / (k + rank 1) with k = 1
+
+
+def test_second_pass_finds_what_shares_words_with_the_first_hits(mem):
+    """Pseudo-relevance feedback: the rare words of the best hits query BM25 again, so a memory
+    that shares them (and none of the question's words) is returned; without the pass it is not."""
+    from dataclasses import replace
+
+    first = mem.add("we booked the cabin near lake tahoe for the kayaking trip", user_id="u")[0]
+    other = mem.add("tahoe kayaking was freezing but beautiful", user_id="u")[0]
+    for i in range(5):
+        mem.add(f"unrelated note number {i} about groceries", user_id="u")
+    with_pass = [h.id for h in mem.search("where was the cabin booked", user_id="u", channels=LEX, reinforce=False)]
+    assert with_pass[0] == first.id and other.id in with_pass
+    off = replace(retrieval.PARAMS, prf_terms=0)
+    without = [h.id for h in retrieval.search(mem._views, "where was the cabin booked", user_id="u", channels=LEX,
+                                              reinforce=False, params=off)]
+    assert without == [first.id]

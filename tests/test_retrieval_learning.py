@@ -172,3 +172,19 @@ def test_dropped_reinforcement_takes_its_links_back(two):
     assert _activation(m, "alpha release", b, user_id="u") is None
     m.flush()
     assert _stored_weight(m, a, b) is None
+
+
+def test_adjacent_seeds_credit_each_other_whatever_their_ids(db_path, clock):
+    """Seeds joined by an edge spread in different groups (no id-parity rule): a cause and its
+    outcome that both match the query each receive what the other sends."""
+    with Memory(db_path, embedder=None, clock=clock) as m:
+        x = m.add("redis cache warmed before the launch", user_id="u")[0].id
+        m.add("unrelated note about lunch", user_id="u")
+        y = m.add("redis cache hit rate stayed high", user_id="u")[0].id
+        assert (_nid(m, x) - _nid(m, y)) % 2 == 0  # same parity: the old even/odd split kept them apart
+        assert _activation(m, "redis cache", y, user_id="u") is None  # no edge yet: no graph energy
+        m.link(x, y, "caused")
+        got_y = _activation(m, "redis cache", y, user_id="u")
+        got_x = _activation(m, "redis cache", x, user_id="u")
+        assert got_y is not None and got_y > 0  # forward: the outcome receives from its cause
+        assert got_x is not None and got_x > 0  # backward: the cause receives from its outcome
