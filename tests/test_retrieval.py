@@ -268,18 +268,22 @@ def test_config_rrf_k_is_honoured(clock):
         assert hits[0].score == pytest.approx(1 / 2)  # 1 / (k + rank 1) with k = 1
 
 
-def test_second_pass_finds_what_shares_words_with_the_first_hits(mem):
-    """Pseudo-relevance feedback: the rare words of the best hits query BM25 again, so a memory
-    that shares them (and none of the question's words) is returned; without the pass it is not."""
+def test_second_pass_lifts_what_shares_words_with_the_first_hits(mem):
+    """Pseudo-relevance feedback: the rare words of the best hits query BM25 again, so of two
+    equally weak matches the one that shares them with the best hit ranks first; without the
+    pass the tie goes to the lower id. Nothing that matched no channel is brought in."""
     from dataclasses import replace
 
     first = mem.add("we booked the cabin near lake tahoe for the kayaking trip", user_id="u")[0]
-    other = mem.add("tahoe kayaking was freezing but beautiful", user_id="u")[0]
-    for i in range(5):
-        mem.add(f"unrelated note number {i} about groceries", user_id="u")
-    with_pass = [h.id for h in mem.search("where was the cabin booked", user_id="u", channels=LEX, reinforce=False)]
-    assert with_pass[0] == first.id and other.id in with_pass
+    decoy = mem.add("trip notes dentist visit boring", user_id="u")[0]
+    other = mem.add("trip notes tahoe kayaking freezing", user_id="u")[0]
+    unrelated = mem.add("tahoe kayaking rental prices", user_id="u")[0]
+    q = "where was the cabin booked for the trip"
+    best_only = replace(retrieval.PARAMS, prf_docs=1)  # feedback from the best hit alone, as in a big store
+    with_pass = [h.id for h in retrieval.search(mem._views, q, user_id="u", channels=LEX, reinforce=False,
+                                                params=best_only)]
+    assert with_pass == [first.id, other.id, decoy.id]  # "unrelated" shares no query word: not brought in
     off = replace(retrieval.PARAMS, prf_terms=0)
-    without = [h.id for h in retrieval.search(mem._views, "where was the cabin booked", user_id="u", channels=LEX,
-                                              reinforce=False, params=off)]
-    assert without == [first.id]
+    without = [h.id for h in retrieval.search(mem._views, q, user_id="u", channels=LEX, reinforce=False, params=off)]
+    assert without == [first.id, decoy.id, other.id]
+    assert unrelated.id not in without

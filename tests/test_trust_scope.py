@@ -88,7 +88,9 @@ def test_unscoped_search_credits_pairs_only_within_a_scope(db_path):
         bob = m.record_decision("billing database vacuum", "bob second outcome", user_id="bob")
         m.feedback(bob.src, 1.0)
         m.delete(bob.dst)
-        m.search("billing database vacuum")
+        # bob's own search (an unscoped one is everybody's: it may strengthen alice's own pairs,
+        # visible at once since learned links no longer wait for a timed rebuild)
+        m.search("billing database vacuum", user_id="bob")
         m.flush()
         after = [(a.text, a.energy) for a in m.search_causal("migrate the billing database", user_id="alice")]
         assert after == before
