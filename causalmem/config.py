@@ -79,6 +79,10 @@ class Config:
     reinforce_batch: int = 64
     reinforce_seconds: float = 5.0
     reinforce_queue_max: int = 10000
+    # vector index (vector_index.py): vectors kept exact until this many, then an HNSW segment
+    # (None: always exact); storage type of the segment: "f32", "f16" or "i8"
+    vector_ann_min: int | None = 20_000
+    vector_quantization: str = "f32"
 
     def __post_init__(self) -> None:
         if self.rebuild_writes < 1:
@@ -101,6 +105,11 @@ class Config:
                              f"{self.hebbian_start}, step {self.hebbian_step}, cap {self.hebbian_cap}")
         if not 1 <= self.reinforce_batch <= self.reinforce_queue_max:
             raise ValueError(f"reinforce_batch must be in [1, reinforce_queue_max], got {self.reinforce_batch}")
+        if self.vector_ann_min is not None and (isinstance(self.vector_ann_min, bool)
+                                                or not isinstance(self.vector_ann_min, int) or self.vector_ann_min < 1):
+            raise ValueError(f"vector_ann_min must be a positive int or None, got {self.vector_ann_min!r}")
+        if self.vector_quantization not in ("f32", "f16", "i8"):
+            raise ValueError(f"vector_quantization must be 'f32', 'f16' or 'i8', got {self.vector_quantization!r}")
 
 
 def default_db() -> str:

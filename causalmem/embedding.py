@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from .semantic import blob_to_vector
+from .store.base import text_hash
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
@@ -64,7 +65,8 @@ def _embed_batch(views: "Views", batch: list[tuple[int, str]], stopping: Callabl
     vecs = np.vstack(parts)
     with views.write() as fx:
         views.store_vectors([(nid, t, v) for (nid, t), v in zip(batch, vecs)])
-        views.vectors_stored(fx, [nid for nid, _ in batch], emb.model_name, emb.dim)
+        views.vectors_stored(fx, [nid for nid, _ in batch], emb.model_name, emb.dim,
+                             [text_hash(t) for _, t in batch])
     return len(batch)
 
 

@@ -144,9 +144,7 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
         vec_ids = np.empty(0, np.int64)
         vec_sc = np.empty(0, np.float32)
         if qvec is not None:
-            vindex = views.vector_index()
-            if vindex is not None and len(vindex):
-                vec_ids, vec_sc = vindex.search(qvec[0], top_k=depth, allowed=mask)
+            vec_ids, vec_sc = views.vector_search(qvec[0], depth, mask)  # exact from the store while loading
         lex_max = float(lex_sc[0]) if len(lex_sc) else 1.0
         lex_norm = {int(i): float(s) / lex_max for i, s in zip(lex_ids, lex_sc)}
         lex_rank = {int(i): r for r, i in enumerate(lex_ids)}
@@ -238,12 +236,8 @@ def _metadata_mask(views: Views, mask: np.ndarray, spec: Mapping[str, Any]) -> n
 def _fill_cosines(views: Views, qv: np.ndarray, nids, cos: dict[int, float]) -> None:
     """Exact cosines for candidates the semantic channel did not return itself."""
     missing = [int(n) for n in nids if int(n) not in cos]
-    if missing and views.vectors is not None:
-        got = views.vectors.cosine(qv, np.asarray(missing, dtype=np.int64))
-        if isinstance(got, Mapping):
-            cos.update(got)
-        else:  # array aligned with ``missing``, NaN = no vector
-            cos.update((n, float(c)) for n, c in zip(missing, np.asarray(got).tolist()) if c == c)
+    if missing:
+        cos.update(views.cosines(qv, missing))
 
 
 def _lookup(keys: np.ndarray, vals: np.ndarray, ids: np.ndarray, default: float = 0.0) -> np.ndarray:

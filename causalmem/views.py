@@ -30,7 +30,8 @@ from .lexical import BM25Index
 from .onnx_embedder import QueryVectorCache
 from .graph import CausalGraph
 from .projection import Projection
-from .semantic import Embedder, VectorIndex, blob_to_vector, resolve_embedder, vector_to_blob
+from .semantic import Embedder, blob_to_vector, resolve_embedder, vector_to_blob
+from .vector_index import UNKNOWN_HASH, IndexKeeper, VectorIndex, remove_sidecar
 from .store.base import EmbeddingRow, StoreBackend, text_hash
 from . import learning
 from .errors import StoreError
@@ -40,6 +41,8 @@ log = logging.getLogger("causalmem")
 
 __all__ = ["Views", "NewChunk", "Effects", "Scope"]
 
+#: while the vector index loads, a scope of at most this many chunks is searched exactly from the store
+SCOPE_FROM_STORE = 4096
 #: seconds after open before the background worker looks for an earlier process's queue
 RESUME_DELAY_S = 1.0
 #: after-commit callbacks of one write
@@ -107,6 +110,7 @@ class Views:
         self.reinforce_off: str | None = "the database was opened read-only" if store.read_only else None
         self._reinforce_off_logged = False
         self._worker: EmbeddingWorker | None = None
+        self.keeper = IndexKeeper(self)  # loads, folds and persists the vector index (its own thread)
         self._embed_queued = False  # this write committed chunks (or texts) without vectors
         self._closed = False
         self.query_cache = QueryVectorCache(1024)
@@ -191,10 +195,26 @@ class Views:
         if emb is None:
             return True
         worker = self.worker
+        deadline = None if timeout is None else time.monotonic() + timeout
         if worker is None:  # read-only (or closed): nobody embeds; say whether anything is missing
             with self.lock:
-                return not self.store.chunks_missing_embedding(emb.model_name, limit=1)
-        return worker.wait(timeout)
+                done = not self.store.chunks_missing_embedding(emb.model_name, limit=1)
+        else:
+            done = worker.wait(timeout)
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return self.wait_vectors(left) and done
+
+    def wait_vectors(self, timeout: float | None = None) -> bool:
+        """Block until the vector index holds every stored vector (loaded, folds done); False on timeout."""
+        if self.embedder is None or self._closed:
+            return True
+        with self.lock:
+            vi = self.vector_index()
+        if vi is None:
+            return True
+        if not vi.ready_event.wait(timeout):
+            return False
+        return self.keeper.wait_idle(timeout)
 
     def close(self, *, drain: bool = False) -> None:
         """``Memory.close``: stop the worker (``drain``: after it embedded the queue), write the queued
@@ -226,6 +246,7 @@ class Views:
         self._closed = True
         if self._worker is not None:
             self._worker.stop()
+        self.keeper.stop()
 
     def vector_coverage(self, mask: np.ndarray | None = None) -> tuple[int, int]:
         """(chunks with a vector in the loaded index, chunks) within ``mask`` (a scope mask)."""
@@ -236,24 +257,33 @@ class Views:
         total = int(np.count_nonzero(mask))
         if vindex is None or not total:
             return 0, total
-        ids = vindex.ids()
-        ids = ids[ids < mask.shape[0]]
-        return int(np.count_nonzero(mask[ids])), total
+        if not vindex.ready:  # still loading: what the store holds
+            emb = self.embedder
+            nids = np.flatnonzero(mask)
+            if emb is None or nids.shape[0] > SCOPE_FROM_STORE:
+                return vindex.count_in(mask), total
+            return len(self.store.embeddings_of(nids.tolist(), emb.model_name)), total
+        return vindex.count_in(mask), total
 
-    def vectors_stored(self, fx: Effects, nids: Sequence[int], model: str, dim: int) -> None:
-        """Vectors of ``nids`` were stored: after commit the loaded index takes the still-current ones."""
+    def vectors_stored(self, fx: Effects, nids: Sequence[int], model: str, dim: int,
+                       hashes: Sequence[int] | None = None) -> None:
+        """Vectors of ``nids`` (computed from texts with ``hashes``) were stored: after commit the loaded
+        index takes the still-current ones."""
         def apply() -> None:
             if self.vectors is None:
                 return
             got = self.store.embeddings_of(list(nids), model)
             if got:
                 ids, vecs = decode_rows(got, dim)
+                hmap = dict(zip(nids, hashes)) if hashes is not None else {}
                 alive = self.chunks.alive if self.chunks is not None else None
                 if alive is not None:
                     keep = (ids < alive.shape[0]) & alive[np.minimum(ids, max(alive.shape[0] - 1, 0))]
                     ids, vecs = ids[keep], vecs[keep]
                 if len(ids):
-                    self.vectors.add(ids, vecs)
+                    self.vectors.add(ids, vecs, None if not hmap else [hmap.get(int(i), UNKNOWN_HASH) for i in ids])
+                    if self.vectors.needs_fold():
+                        self.keeper.kick()
 
         fx.append(apply)
 
@@ -398,22 +428,71 @@ class Views:
         return written
 
     def vector_index(self) -> VectorIndex | None:
+        """The vector index (created empty: the keeper thread loads the stored vectors into it).
+
+        Never embeds nor loads here: chunks without vectors are the background worker's queue, the
+        stored vectors are read by the keeper; until it is ``ready`` :meth:`vector_search` answers
+        small scopes from the store (explain=True shows the coverage)."""
         emb = self.embedder
         if emb is None:
             return None
         self.sync_external()
         if self.vectors is None:
-            # never embeds here: chunks without vectors are the background worker's queue,
-            # a search answers from the vectors that exist (explain=True shows the coverage)
-            index = VectorIndex(emb.dim)
-            ids, vecs = [], []
-            for row in self.store.embeddings_for(emb.model_name):
-                ids.append(row.nid)
-                vecs.append(blob_to_vector(row.vector, emb.dim))
-            if ids:
-                index.add(np.asarray(ids, dtype=np.int64), np.vstack(vecs))
+            cfg = self.config
+            index = VectorIndex(emb.dim, ann_min=cfg.vector_ann_min, quantization=cfg.vector_quantization)
             self.vectors = index
+            if self.store.has_embeddings(emb.model_name):
+                index.mark_loading()
+                self.keeper.kick()
         return self.vectors
+
+    def vector_search(self, qvec: np.ndarray, top_k: int, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The semantic channel's candidates (ids, cosines) within ``mask``; the caller holds the lock.
+
+        While the index is still loading, a scope of at most ``SCOPE_FROM_STORE`` chunks is scored
+        exactly from the stored vectors and a larger one gets no semantic candidates yet."""
+        empty = (np.empty(0, np.int64), np.empty(0, np.float32))
+        vi = self.vector_index()
+        if vi is None:
+            return empty
+        if vi.ready:
+            return vi.search(qvec, top_k=top_k, allowed=mask) if len(vi) else empty
+        emb = self.embedder
+        table = self.chunks
+        if mask is None:
+            mask = table.alive[: table.n] if table is not None else np.zeros(0, dtype=bool)
+        nids = np.flatnonzero(mask)
+        if emb is None or nids.shape[0] == 0 or nids.shape[0] > SCOPE_FROM_STORE:
+            return empty
+        got = self.store.embeddings_of(nids.tolist(), emb.model_name)
+        if not got:
+            return empty
+        ids, vecs = decode_rows(got, emb.dim)
+        q = np.asarray(qvec, dtype=np.float32).reshape(-1)
+        q = q / max(float(np.linalg.norm(q)), 1e-12)
+        scores = (vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)) @ q
+        order = np.lexsort((ids, -scores))[:top_k]
+        return ids[order], scores[order].astype(np.float32)
+
+    def cosines(self, qvec: np.ndarray, nids: Sequence[int]) -> dict[int, float]:
+        """Cosine of ``qvec`` with each chunk's vector (chunks without one left out)."""
+        vi = self.vectors
+        if vi is None or not nids:
+            return {}
+        ids = np.asarray(nids, dtype=np.int64)
+        got = vi.cosine(qvec, ids)
+        out = {int(n): float(c) for n, c in zip(ids.tolist(), got.tolist()) if c == c}
+        emb = self.embedder
+        if not vi.ready and emb is not None:  # loading: the store has the rest
+            rest = [int(n) for n in ids.tolist() if int(n) not in out]
+            rows = self.store.embeddings_of(rest, emb.model_name) if rest else []
+            if rows:
+                rid, vecs = decode_rows(rows, emb.dim)
+                q = np.asarray(qvec, dtype=np.float32).reshape(-1)
+                q = q / max(float(np.linalg.norm(q)), 1e-12)
+                sc = (vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)) @ q
+                out.update(zip(rid.tolist(), sc.tolist()))
+        return out
 
     # ------------------------------------------------------------------ the write protocol
     @contextlib.contextmanager
@@ -499,6 +578,8 @@ class Views:
             lexical.remove(nid)
         if len(fresh):
             lexical.add_many(self.store.texts_of(fresh.tolist()))
+        if self.vectors is not None and not self.vectors.ready:
+            self.vectors = None  # still loading: start over from the store as it is now
         if self.vectors is not None:
             vids = self.vectors.ids()
             for nid in np.setdiff1d(vids, alive).tolist():
@@ -537,8 +618,10 @@ class Views:
                 else:
                     self.lexical.add_many([(c.nid, c.text) for c in chunks])
             if self.vectors is not None and vectors:
+                texts = {c.nid: c.text for c in chunks}
                 self.vectors.add(np.fromiter(vectors, dtype=np.int64, count=len(vectors)),
-                                 np.vstack(list(vectors.values())))
+                                 np.vstack(list(vectors.values())),
+                                 [text_hash(texts[n]) if n in texts else UNKNOWN_HASH for n in vectors])
             self.projection.n_nodes = max(self.projection.n_nodes, max(c.nid for c in chunks) + 1)
 
         fx.append(apply)
@@ -583,7 +666,7 @@ class Views:
                 self.lexical.update(nid, text)
             if self.vectors is not None:
                 if vector is not None:
-                    self.vectors.add(np.asarray([nid], dtype=np.int64), vector[None, :])
+                    self.vectors.add(np.asarray([nid], dtype=np.int64), vector[None, :], [text_hash(text)])
                 else:  # the old text's vector is stale; the worker embeds the new text
                     self.vectors.remove(nid)
 
@@ -618,6 +701,8 @@ class Views:
                 sidecar.remove(self.sidecar_dir, kind)
             self._file_seq.clear()
             self._graph_saved = None
+            if self.sidecar_dir is not None:  # purged vectors must leave the disk too
+                remove_sidecar(self.sidecar_dir)
 
         fx.append(apply)
 

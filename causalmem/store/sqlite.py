@@ -1169,6 +1169,21 @@ class SQLiteStore:
             "SELECT e.nid, e.vector FROM embeddings e JOIN chunks c ON c.nid = e.nid WHERE e.nid IN ({ids}) "
             "AND e.model = ? AND e.text_hash = c.text_hash", [int(n) for n in nids], after=(model,))
 
+    def embedding_rows(self, model: str, *, after_nid: int = 0, limit: int | None = None,
+                       nids: Sequence[int] | None = None, with_vectors: bool = True) -> list[tuple]:
+        """(nid, text_hash[, vector]) of live chunks' current vectors for ``model``, ascending nid:
+        a page after ``after_nid`` (``limit`` rows), or those of ``nids``. The vector index keeper pages
+        through the store with it (optional capability: a backend without it is read in one go)."""
+        cols = "e.nid, e.text_hash, e.vector" if with_vectors else "e.nid, e.text_hash"
+        where = "e.model = ? AND c.valid_to IS NULL AND e.text_hash = c.text_hash"
+        if nids is not None:
+            return self._select_in(f"SELECT {cols} FROM embeddings e JOIN chunks c ON c.nid = e.nid "
+                                   f"WHERE e.nid IN ({{ids}}) AND {where} ORDER BY e.nid",
+                                   [int(n) for n in nids], after=(model,))
+        return self.query(f"SELECT {cols} FROM embeddings e JOIN chunks c ON c.nid = e.nid "
+                          f"WHERE e.nid > ? AND {where} ORDER BY e.nid LIMIT ?",
+                          (int(after_nid), model, -1 if limit is None else int(limit)))
+
     def chunks_missing_embedding(self, model: str, *, limit: int | None = None,
                                  after_nid: int = 0) -> list[tuple[int, str]]:
         return self.query(
