@@ -108,7 +108,7 @@ out = {{"import_s": t1 - t0, "open_search_s": t2 - t1, "hits": len(hits), "rss_f
        "status_first": status(), "semantic_first": any(h.signals.get("cosine_rank") is not None for h in hits)}}
 if {spec} is not None:
     t = time.perf_counter()
-    mem._views.wait_vectors({wait})
+    mem._views.wait_vectors({wait}, folded=True)
     out["ready_s"] = time.perf_counter() - t2
     vi = mem._views.vectors
     out["index"] = repr(vi)

@@ -37,12 +37,14 @@ corrupt or mismatched file is logged and rebuilt, never trusted. Deleting the di
 """
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import logging
 import os
 import threading
 import time
+import weakref
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -526,7 +528,9 @@ class VectorIndex:
             raise ImportError("an approximate segment needs usearch: pip install usearch")
         self.begin_snapshot()
         ids, mat, hashes = self.delta.snapshot()
-        index, keys, khashes = folded_index(self, self.segment, ids, mat, hashes, _NoLock())
+        got = folded_index(self, self.segment, ids, mat, hashes, _NoLock())
+        assert got is not None
+        index, keys, khashes = got
         self.install(AnnSegment(index, keys, khashes), snapshot_delta=ids)
 
 
@@ -631,8 +635,17 @@ def open_sidecar(directory: Path, model: str, vi: VectorIndex) -> tuple[AnnSegme
     return AnnSegment(index, keys, hashes, path=upath), "ok"
 
 
+def _add(index: Any, ids: np.ndarray, mat: np.ndarray, stopping: Any = lambda: False) -> bool:
+    """Add in slices of 4,096 (a stop request waits for one slice only); False when stopped."""
+    for s in range(0, ids.shape[0], 4096):
+        if stopping():
+            return False
+        index.add(ids[s: s + 4096].astype(np.uint64), mat[s: s + 4096], threads=2)
+    return True
+
+
 def folded_index(vi: VectorIndex, seg: AnnSegment | None, ids: np.ndarray, mat: np.ndarray, hashes: np.ndarray,
-                 lock: Any) -> tuple[Any, np.ndarray, np.ndarray]:
+                 lock: Any, stopping: Any = lambda: False) -> tuple[Any, np.ndarray, np.ndarray] | None:
     """A usearch index holding ``seg``'s live vectors plus (ids, mat): a copy of the segment (loaded from
     its file when it is a view) with the tombstones removed and the new vectors added."""
     if seg is not None:
@@ -648,8 +661,8 @@ def folded_index(vi: VectorIndex, seg: AnnSegment | None, ids: np.ndarray, mat: 
     else:
         index = _new_usearch(vi)
         live_keys = live_hashes = np.zeros(0, np.int64)
-    if ids.shape[0]:
-        index.add(ids.astype(np.uint64), mat, threads=2)
+    if not _add(index, ids, mat, stopping):
+        return None
     keys = np.concatenate([live_keys, ids])
     khashes = np.concatenate([live_hashes, hashes])
     order = np.argsort(keys)
@@ -663,6 +676,17 @@ _PAGE = 20_000
 #: a store with at least this many vectors and no usable sidecar gets its segment built straight from
 #: the store (its vectors never sit in the exact delta); smaller ones are loaded exact, then folded
 DIRECT_BUILD = 200_000
+
+
+#: live keepers, stopped at interpreter exit (a daemon thread killed inside usearch's native code
+#: can abort the process instead of exiting cleanly)
+_KEEPERS: "weakref.WeakSet[IndexKeeper]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all_keepers() -> None:
+    for keeper in list(_KEEPERS):
+        keeper.stop(timeout=30)
 
 
 class IndexKeeper:
@@ -680,6 +704,7 @@ class IndexKeeper:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.loads = 0
+        _KEEPERS.add(self)
 
     def kick(self) -> None:
         with self._cond:
@@ -874,7 +899,8 @@ class IndexKeeper:
         keys, hashes = [], []
         for rows in self._pages(model, with_vectors=True):
             ids, vecs, h = self._decode(rows, vi.dim)
-            index.add(ids.astype(np.uint64), vecs, threads=2)
+            if not _add(index, ids, vecs, lambda: self._stop):
+                return
             keys.append(ids)
             hashes.append(h)
         if self._stop:
@@ -895,7 +921,10 @@ class IndexKeeper:
         """The delta folded into a copy of the segment (usearch adds: no rebuild of the graph)."""
         t0 = time.perf_counter()
         seg, ids, mat, hashes = snap
-        index, keys, khashes = folded_index(vi, seg, ids, mat, hashes, self.views.lock)
+        got = folded_index(vi, seg, ids, mat, hashes, self.views.lock, lambda: self._stop)
+        if got is None:
+            return
+        index, keys, khashes = got
         new = self._persist(vi, index, keys, khashes, model)
         del index
         if self._install(vi, new, None, snapshot_delta=ids):

@@ -204,8 +204,9 @@ class Views:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         return self.wait_vectors(left) and done
 
-    def wait_vectors(self, timeout: float | None = None) -> bool:
-        """Block until the vector index holds every stored vector (loaded, folds done); False on timeout."""
+    def wait_vectors(self, timeout: float | None = None, *, folded: bool = False) -> bool:
+        """Block until the vector index holds every stored vector (loaded: searchable, exact or not);
+        ``folded=True`` also waits for the keeper's pending folds / saves. False on timeout."""
         if self.embedder is None or self._closed:
             return True
         with self.lock:
@@ -214,7 +215,7 @@ class Views:
             return True
         if not vi.ready_event.wait(timeout):
             return False
-        return self.keeper.wait_idle(timeout)
+        return self.keeper.wait_idle(timeout) if folded else True
 
     def close(self, *, drain: bool = False) -> None:
         """``Memory.close``: stop the worker (``drain``: after it embedded the queue), write the queued

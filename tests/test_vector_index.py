@@ -240,8 +240,8 @@ def _fill(path, n=400, emb=None, **cfg):
     emb = emb or HashEmbedder()
     with Memory(path, embedder=emb, config=_cfg(**cfg)) as mem:
         mem.add([{"role": "user", "content": t} for t in _texts(n)], user_id="u", infer=False)
-        assert mem.flush() == 0 or True
-        assert mem._views.wait_vectors(60)
+        mem.flush()
+        assert mem._views.wait_vectors(60, folded=True)
         vi = mem._views.vectors
         assert vi is not None and vi.segment is not None, vi
         ids = {c.text: c.id for c in mem.get_all(limit=n + 10)}
@@ -262,7 +262,7 @@ def test_index_is_persisted_and_reopened_as_a_view(db_path):
     assert head["model"] == "hash-32" and head["dim"] == 32 and head["count"] == 400 and head["dtype"] == "f32"
     stamp = (d / "vectors.usearch").stat().st_mtime_ns
     with Memory(db_path, embedder=HashEmbedder(), config=_cfg()) as mem:
-        assert mem._views.wait_vectors(60)
+        assert mem._views.wait_vectors(60, folded=True)
         vi = mem._views.vectors
         assert vi.segment is not None and vi.segment.path is not None  # memory-mapped from the file
         assert vi.segment.n_live == 400 and vi.delta.n == 0 and mem._views.keeper.loads == 1
@@ -302,7 +302,7 @@ def test_damaged_or_mismatched_sidecar_is_rebuilt_never_trusted(db_path, damage,
     with Memory(db_path, embedder=emb, config=_cfg()) as mem:
         if damage == "model":
             mem.reembed()
-        assert mem._views.wait_vectors(60)
+        assert mem._views.wait_vectors(60, folded=True)
         for t in _texts(400)[::53]:
             assert _top(mem, t) == t
         vi = mem._views.vectors
@@ -323,7 +323,7 @@ def test_database_changed_behind_the_sidecar_is_reconciled(db_path):
         mem.add([{"role": "user", "content": "a fresh memory written elsewhere"}], user_id="u", infer=False)
     with Memory(db_path, embedder=HashEmbedder(), config=_cfg()) as mem:
         mem.flush()
-        assert mem._views.wait_vectors(60)
+        assert mem._views.wait_vectors(60, folded=True)
         vi = mem._views.vectors
         assert len(vi) == 400  # 400 - 1 deleted + 1 new (six re-embedded)
         assert _top(mem, texts[5]) != texts[5]
@@ -359,7 +359,7 @@ def test_search_never_waits_for_the_index_to_load(db_path, monkeypatch):
         ex = mem.search("beta scoped note", top_k=2, user_id="small", explain=True, reinforce=False)
         assert ex[0].signals["semantic_coverage"]["with_vector"] == 2
         release.set()
-        assert mem._views.wait_vectors(60) and mem._views.vectors.ready
+        assert mem._views.wait_vectors(60, folded=True) and mem._views.vectors.ready
         assert _top(mem, _texts(400)[9]) == _texts(400)[9]
 
 
@@ -368,7 +368,7 @@ def test_without_usearch_every_search_is_exact_and_nothing_is_written(db_path, m
     with Memory(db_path, embedder=HashEmbedder(), config=_cfg()) as mem:
         mem.add([{"role": "user", "content": t} for t in _texts(300)], user_id="u", infer=False)
         mem.flush()
-        assert mem._views.wait_vectors(60)
+        assert mem._views.wait_vectors(60, folded=True)
         vi = mem._views.vectors
         assert vi.segment is None and vi.delta.n == 300
         assert _top(mem, _texts(300)[44]) == _texts(300)[44]
@@ -387,10 +387,10 @@ def test_purge_removes_the_sidecar(db_path):
 def test_quantized_segment_round_trip(db_path):
     _fill(db_path, vector_quantization="i8")
     with Memory(db_path, embedder=HashEmbedder(), config=_cfg(vector_quantization="i8")) as mem:
-        assert mem._views.wait_vectors(60)
+        assert mem._views.wait_vectors(60, folded=True)
         assert mem._views.vectors.segment.path is not None and mem._views.keeper.loads == 1
         assert all(_top(mem, t) == t for t in _texts(400)[::41])
     # the same file opened with another quantization setting is not trusted: rebuilt as f16
     with Memory(db_path, embedder=HashEmbedder(), config=_cfg(vector_quantization="f16")) as mem:
-        assert mem._views.wait_vectors(60)
+        assert mem._views.wait_vectors(60, folded=True)
         assert json.loads((sidecar_dir(db_path) / "vectors.json").read_text())["dtype"] == "f16"
