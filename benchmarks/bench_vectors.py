@@ -12,7 +12,7 @@ Prints a Markdown table. Data is synthetic and seeded:
 * *uniform* (the adversarial case): uniformly random unit vectors.
 
 Every vector is folded into one usearch HNSW segment per storage type (f32, f16, i8; M=16,
-ef_add 128, ef_search 128); exact (``search(..., exact=True)``: the segment's vectors scored one by
+ef_add 128, ef_search 64); exact (``search(..., exact=True)``: the segment's vectors scored one by
 one) and approximate answers are timed side by side, per query alternating (the machine is shared).
 Recall@k = overlap of the approximate top-k with the exact top-k. With ``--encode`` (default on when
 the packaged all-MiniLM-L6-v2 is installed) the query-encoding cost is measured in the same run.

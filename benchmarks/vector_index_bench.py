@@ -118,6 +118,16 @@ if {spec} is not None:
         mem.search(q, top_k=10, reinforce=False)
         lat.append((time.perf_counter() - t) * 1000)
     out["p50_ms"] = float(np.percentile(lat, 50))
+    peer, enc = [], []
+    for q in queries[1:]:  # peers, same queries: without the semantic channel; the query encoding alone
+        t = time.perf_counter()
+        mem.search(q, top_k=10, reinforce=False, channels=("lexical", "graph"))
+        peer.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        mem.embedder.encode([q + " again"])
+        enc.append((time.perf_counter() - t) * 1000)
+    out["p50_peer_ms"] = float(np.percentile(peer, 50))
+    out["p50_encode_ms"] = float(np.percentile(enc, 50))
     out["rss_after"] = rss()[0]
     out["status_after"] = status()
 mem.close()
@@ -173,7 +183,7 @@ def main() -> None:
         runs.append(child(db, "'auto'", queries, args.quantization))
         peers.append(child(db, "None", queries[:1], args.quantization))
     med = {k: statistics.median(r[k] for r in runs) for k in ("open_search_s", "rss_first", "ready_s", "p50_ms",
-                                                                  "rss_after")}
+                                                                  "rss_after", "p50_peer_ms", "p50_encode_ms")}
     anon = statistics.median(r["status_after"]["RssAnon"] for r in runs)
     filed = statistics.median(r["status_after"]["RssFile"] for r in runs)
     peer_rss = statistics.median(r["rss_first"] for r in peers)
@@ -198,7 +208,8 @@ def main() -> None:
                  f"{med['rss_after']:.0f} MB (anonymous {anon:.0f} MB, file-backed {filed:.0f} MB) | embedder=None "
                  f"after one search {peer_rss:.0f} MB | ≤ 800 MB at 1M |")
     lines.append(f"| `search` with the model ({len(queries) - 1} distinct queries, every one encoded) | p50 "
-                 f"{med['p50_ms']:.2f} ms | | ≤ 10 ms p50 at 100k |")
+                 f"{med['p50_ms']:.2f} ms | lexical+graph only p50 {med['p50_peer_ms']:.2f} ms; encoding one query "
+                 f"alone p50 {med['p50_encode_ms']:.2f} ms | ≤ 10 ms p50 at 100k |")
     text = "\n".join(lines) + "\n"
     print(text)
     out = Path(args.out) if args.out else RESULTS / f"vector_index_targets_{n}_{args.quantization}.md"

@@ -294,7 +294,7 @@ class VectorIndex:
     """
 
     def __init__(self, dim: int, *, ann_min: int | None = 20_000, quantization: str = "f32",
-                 connectivity: int = 16, expansion_add: int = 128, expansion_search: int = 128,
+                 connectivity: int = 16, expansion_add: int = 128, expansion_search: int = 64,
                  exact_scope: int = 2048) -> None:
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
             raise ValueError(f"dim must be a positive int, got {dim!r}")
