@@ -394,3 +394,20 @@ def test_quantized_segment_round_trip(db_path):
     with Memory(db_path, embedder=HashEmbedder(), config=_cfg(vector_quantization="f16")) as mem:
         assert mem._views.wait_vectors(60, folded=True)
         assert json.loads((sidecar_dir(db_path) / "vectors.json").read_text())["dtype"] == "f16"
+
+
+def test_usearch_first_then_onnxruntime_does_not_crash():
+    """usearch 2.26's compiled module imported before onnxruntime 1.32 crashes the process at the
+    onnxruntime import; the index imports onnxruntime first (a fresh interpreter: import order matters)."""
+    if importlib.util.find_spec("onnxruntime") is None:
+        pytest.skip("onnxruntime is not installed")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("from causalmem import vector_index as vx\nvx._usearch_index()\nimport onnxruntime\n"
+            "import usearch.index\nprint('ok')\n")
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root,
+                       env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
