@@ -322,8 +322,11 @@ class Views:
 
     # ------------------------------------------------------------------ sidecar snapshots
     def _read_seq(self) -> int | None:
+        """The store's change counter; None when the backend has none or the database has never
+        been written by a version that keeps it (0): index files are neither trusted nor saved then."""
         change_seq = getattr(self.store, "change_seq", None)
-        return None if change_seq is None else int(change_seq())
+        value = 0 if change_seq is None else int(change_seq())
+        return value if value > 0 else None
 
     def _load_tables(self, seq: int | None) -> tuple[ChunkTable | None, BM25Index | None]:
         """Chunk table and BM25 index from their sidecar files when those match ``seq``."""

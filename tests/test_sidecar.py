@@ -421,3 +421,30 @@ def test_a_projection_file_without_its_overlay_arrays_is_rebuilt(tmp_path):
     with Memory(path, embedder=None) as m:
         assert [[(h.id, round(h.score, 9)) for h in m.search(q, reinforce=False)] for q in QUERIES] == want
         assert m._projection.rebuilds == 1
+
+
+def test_a_database_without_the_change_counter_gets_no_files_until_written(tmp_path):
+    """A database last written by a version without the counter (change_seq 0) cannot say which
+    state a file holds: nothing is trusted or saved until a write starts the counter."""
+    import sqlite3
+
+    path = tmp_path / "m.db"
+    _store(path)
+    shutil.rmtree(Path(str(path) + ".idx"))
+    con = sqlite3.connect(path)
+    con.execute("DELETE FROM meta WHERE key = 'change_seq'")
+    con.commit()
+    con.close()
+    with Memory(path, embedder=None) as m:
+        assert m._store.change_seq() == 0
+        m.search("cache", reinforce=False)
+    assert not Path(str(path) + ".idx").exists()
+    with Memory(path, embedder=None) as m:
+        m.record_decision("first counted write", "counter started")
+    with Memory(path, embedder=None) as m:
+        m.search("cache", reinforce=False)
+        assert m._store.change_seq() > 0
+    with Memory(path, embedder=None) as m:  # written by the previous close, used now
+        m.search("counted", reinforce=False)
+        assert {"chunks", "lexical"} <= set(m._views._file_seq)
+        _assert_same_as_rebuild(m)
