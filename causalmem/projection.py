@@ -224,6 +224,12 @@ class Projection:
         return (self.graph is not None and not self._stale and self._pending == 0
                 and not len(ov) and not ov.dead and not ov.dead_nodes)
 
+    def savable(self) -> bool:
+        """Whether ``state`` answers as a rebuild would: built, not stale, and no learned links in
+        the overlay (their deltas add up in float32 apart from the stored weight, so a graph
+        rebuilt from the store can differ in the last digits; a rebuild is the exact answer)."""
+        return self.graph is not None and not self._stale and not self._overlay.learned
+
     def state(self) -> tuple[dict[str, np.ndarray], dict] | None:
         """The graph, its write overlay (learned links included) and counters, for a sidecar file
         (``adopt`` restores them as they were: the loading process carries on as this one would);

@@ -407,7 +407,7 @@ class Views:
                 if self.lexical is not None:
                     items.append(("lexical", self.lexical.to_arrays))
                 proj = self.projection
-                if proj.graph is not None and not proj._stale:
+                if proj.savable():
                     if proj.version != self._graph_saved:
                         self._dirty.add("projection")
                     items.append(("projection", proj.state))
