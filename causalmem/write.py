@@ -6,6 +6,7 @@ facade (``ingest`` checks); what is validated here is what only a batch knows (`
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import uuid
@@ -28,6 +29,7 @@ __all__ = [
 ]
 
 _EXCITATORY = ("caused", "enabled")
+_new_chunk = functools.partial(tuple.__new__, NewChunk)  # NewChunk from a full tuple, in C
 _RECORD_KEYS = {"decision", "outcome", "relation", "source", "confidence", "polarity", "task_tag", "event_time",
                 "user_id", "agent_id", "run_id"}
 
@@ -203,7 +205,7 @@ def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
     if notes:
         store.annotate_superseded(notes)
     # 4. in-memory views, after commit
-    views.chunks_added(fx, list(map(NewChunk._make, [(c.nid, t, keys[(t, sc)], now, None, q0, sc, None)
+    views.chunks_added(fx, list(map(_new_chunk, [(c.nid, t, keys[(t, sc)], now, None, q0, sc, None)
                                                       for (t, sc), c in zip(new_keys, created)])),
                        {c.nid: vecs[t] for (t, _sc), c in zip(new_keys, created) if t in vecs})
     views.edges_added(fx, [NewEdge(eid, r["src"], r["dst"], r["relation"], r["confidence"])

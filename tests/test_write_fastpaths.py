@@ -49,3 +49,65 @@ def test_record_many_edges_match_the_stored_ones(tmp_path):
         assert [e.polarity for e in edges] == ["negative", "positive", "mixed", "positive", None]
         assert [e.polarity_origin for e in edges] == ["guessed", "guessed", "given", "guessed", "unknown"]
         assert edges[1] == edges[3] and edges[1].evidence == 2 and edges[0].evidence == 2
+
+
+def test_bulk_inserts_leave_out_only_unset_columns(tmp_path):
+    """A batch where some rows set optional columns and others do not stores exactly what each
+    row says (NULL / the column default where a row is silent), and a batch setting none of them
+    stores the defaults."""
+    from causalmem.store.sqlite import SQLiteStore
+    from causalmem.types import Relation
+
+    store = SQLiteStore(tmp_path / "s.db")
+    plain = {"text": "plain", "kind": "decision", "created_at": 1.0, "q_value": 0.5}
+    rich = {"text": "rich", "kind": "turn", "created_at": 2.0, "q_value": 0.4, "event_time": 0.0, "importance": 7.0,
+            "user_id": "u", "agent_id": "a", "run_id": "r", "session_id": "s", "metadata": {"k": "é"}}
+    with store.transaction():
+        keys = store.insert_chunks_bulk([plain, rich, dict(plain, text="plain2")])
+        only_plain = store.insert_chunks_bulk([dict(plain, text="p3")])
+        nids = [k.nid for k in keys + only_plain]
+        e1 = store.insert_edges_bulk([
+            {"src": nids[0], "dst": nids[2], "relation": Relation.CAUSED, "confidence": 0.6, "source": "rule",
+             "discovered_at": 1.0},
+            {"src": nids[0], "dst": nids[3], "relation": Relation.PREVENTED, "confidence": 0.7, "source": "rule",
+             "discovered_at": 1.0, "subtype": None, "polarity": "negative", "task_tag": "t", "event_time": 0.0}])
+    rows = store.chunk_rows_by_nid(nids)
+    got = [(r.text, r.event_time, r.importance, r.user_id, r.agent_id, r.run_id, r.session_id, r.metadata)
+           for r in (rows[n] for n in nids)]
+    assert got == [("plain", None, 5.0, None, None, None, None, "{}"),
+                   ("rich", 0.0, 7.0, "u", "a", "r", "s", '{"k": "é"}'),
+                   ("plain2", None, 5.0, None, None, None, None, "{}"),
+                   ("p3", None, 5.0, None, None, None, None, "{}")]
+    edges = {r.id: r for r in store.edge_rows_by_ids([i for _e, i in e1])}
+    a, b = (edges[i] for _e, i in e1)
+    assert (a.relation, a.polarity, a.polarity_origin, a.task_tag, a.event_time) == ("caused", None, "unknown", None,
+                                                                                     None)
+    assert (b.relation, b.polarity, b.polarity_origin, b.task_tag, b.event_time) == ("prevented", "negative", "given",
+                                                                                     "t", 0.0)
+    store.close()
+
+
+def test_version_2_file_migrates_to_leaner_indexes(tmp_path):
+    import sqlite3
+
+    from causalmem.store.sqlite import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, SQLiteStore, _split_sql
+
+    path = tmp_path / "v2.db"
+    con = sqlite3.connect(path, isolation_level=None)
+    for _name, sql in MIGRATIONS[:2]:
+        for statement in _split_sql(sql):
+            con.execute(statement)
+    con.execute("INSERT INTO chunks (nid, id, text, text_hash, kind, created_at, q_value, session_id) "
+                "VALUES (1, 'c1', 'hello', 1, 'turn', 1.0, 0.5, 's1')")
+    con.execute("PRAGMA user_version = 2")
+    con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    con.close()
+    with Memory(path, embedder=None) as mem:
+        assert mem.stats()["schema_version"] == SCHEMA_VERSION == 3
+        assert mem.get("c1").text == "hello"
+    store = SQLiteStore(path)
+    sql = dict(store.conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"))
+    assert "edges_src" not in sql and "edges_pair" in sql
+    assert "WHERE session_id IS NOT NULL" in sql["chunks_session"]
+    assert store.previous_turn("s1", None, None, None) == 1
+    store.close()

@@ -12,6 +12,7 @@ the rows that changed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -37,7 +38,7 @@ log = logging.getLogger("causalmem")
 
 R = TypeVar("R")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: PRAGMA application_id of a causalmem database ("CMem"): a file carrying another id, or
 #: holding tables of its own without ours, belongs to another application and is refused.
 APPLICATION_ID = 0x434D656D
@@ -147,6 +148,17 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX IF NOT EXISTS edges_pair ON edges(src, dst, relation);
         """,
     ),
+    (
+        "leaner write-path indexes: session index partial, edges_src dropped",
+        # Most chunks (decisions, outcomes, facts) have no session: only turns need the session
+        # index, and ``session_id = ?`` implies the partial index's condition. edges_pair starts
+        # with src, so a separate src index only doubled the work of every edge insert.
+        """
+        DROP INDEX IF EXISTS chunks_session;
+        CREATE INDEX IF NOT EXISTS chunks_session ON chunks(session_id, nid) WHERE session_id IS NOT NULL;
+        DROP INDEX IF EXISTS edges_src;
+        """,
+    ),
 ]
 #: the tables a causalmem database may hold (a file with any other table is someone else's)
 OWN_TABLES = frozenset({"chunks", "edges", "cooccurrence", "facts", "embeddings", "chunk_history", "meta"})
@@ -165,6 +177,18 @@ EDGE_COLS = (
 EDGE_FROM = "edges e JOIN chunks s ON s.nid = e.src JOIN chunks d ON d.nid = e.dst"
 #: relation -> (relation, rel_code) columns (an enum's ``.value`` is a property call per access)
 _REL_COLUMNS = {r: (r.value, r.code) for r in Relation}
+#: optional chunk / edge columns of the bulk inserts -> the value a row gives (left out of the
+#: INSERT when no row of the batch sets it: the column's default, or NULL, is the same value)
+_CHUNK_OPTIONAL: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "event_time": lambda r: r.get("event_time"), "importance": lambda r: r.get("importance", 5.0),
+    "user_id": lambda r: r.get("user_id"), "agent_id": lambda r: r.get("agent_id"), "run_id": lambda r: r.get("run_id"),
+    "session_id": lambda r: r.get("session_id"),
+    "metadata": lambda r: json.dumps(r["metadata"], ensure_ascii=False) if r.get("metadata") else "{}"}
+_EDGE_OPTIONAL: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "subtype": lambda r: r.get("subtype"), "polarity": lambda r: r.get("polarity"),
+    "task_tag": lambda r: r.get("task_tag"), "event_time": lambda r: r.get("event_time")}
+#: ChunkKey from a (nid, id) pair in C (a NamedTuple's ``_make`` is a Python-level classmethod)
+_new_chunk_key = functools.partial(tuple.__new__, ChunkKey)
 _CHUNK_FILTERS = ("user_id", "agent_id", "run_id", "session_id", "kind")
 
 _CHUNK_EXPORT = ("id", "text", "kind", "q_value", "importance", "created_at", "event_time", "user_id", "agent_id",
@@ -692,15 +716,19 @@ class SQLiteStore:
             return []
         base = self._next_key("chunks", "nid") - 1
         ids = new_ids(len(rows))
+        # columns every row leaves at their default stay out of the statement: binding a
+        # parameter costs about as much as storing it, and most rows carry no scope, session,
+        # event time or metadata
+        opt = [c for c in _CHUNK_OPTIONAL if any(r.get(c) is not None for r in rows)]
+        params = [(base + 1 + i, ids[i], r["text"], r.get("text_hash") or text_hash(r["text"]), r["kind"],
+                   r["created_at"], r["q_value"]) for i, r in enumerate(rows)]
+        if opt:
+            get = [_CHUNK_OPTIONAL[c] for c in opt]
+            params = [p + tuple(g(r) for g in get) for p, r in zip(params, rows)]
         self.conn.executemany(
-            "INSERT INTO chunks (nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, "
-            "user_id, agent_id, run_id, session_id, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [(base + 1 + i, ids[i], r["text"], r.get("text_hash") or text_hash(r["text"]), r["kind"], r["created_at"],
-              r.get("event_time"),
-              r["q_value"], r.get("importance", 5.0), r.get("user_id"), r.get("agent_id"), r.get("run_id"),
-              r.get("session_id"), json.dumps(r["metadata"], ensure_ascii=False) if r.get("metadata") else "{}")
-             for i, r in enumerate(rows)])
-        return list(map(ChunkKey._make, zip(range(base + 1, base + 1 + len(rows)), ids)))
+            f"INSERT INTO chunks (nid, id, text, text_hash, kind, created_at, q_value{''.join(', ' + c for c in opt)}) "
+            f"VALUES ({', '.join('?' * (7 + len(opt)))})", params)
+        return list(map(_new_chunk_key, zip(range(base + 1, base + 1 + len(rows)), ids)))
 
     def set_chunk_deleted(self, nid: int, now: float) -> None:
         self.conn.execute("UPDATE chunks SET valid_to = ? WHERE nid = ?", (now, nid))
@@ -888,13 +916,16 @@ class SQLiteStore:
             return []
         base = self._next_key("edges", "eid") - 1
         ids = new_ids(len(rows))
+        opt = [c for c in _EDGE_OPTIONAL if any(r.get(c) is not None for r in rows)]  # as for chunks
+        params = [(base + 1 + i, ids[i], r["src"], r["dst"], *_REL_COLUMNS[r["relation"]], r["confidence"], r["source"],
+                   r.get("polarity_origin") or ("unknown" if r.get("polarity") is None else "given"),
+                   r["discovered_at"]) for i, r in enumerate(rows)]
+        if opt:
+            get = [_EDGE_OPTIONAL[c] for c in opt]
+            params = [p + tuple(g(r) for g in get) for p, r in zip(params, rows)]
         self.conn.executemany(
-            "INSERT INTO edges (eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, "
-            "polarity_origin, task_tag, event_time, discovered_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [(base + 1 + i, ids[i], r["src"], r["dst"], *_REL_COLUMNS[r["relation"]], r.get("subtype"),
-              r["confidence"], r["source"], r.get("polarity"),
-              r.get("polarity_origin") or ("unknown" if r.get("polarity") is None else "given"),
-              r.get("task_tag"), r.get("event_time"), r["discovered_at"]) for i, r in enumerate(rows)])
+            "INSERT INTO edges (eid, id, src, dst, relation, rel_code, confidence, source, polarity_origin, "
+            f"discovered_at{''.join(', ' + c for c in opt)}) VALUES ({', '.join('?' * (10 + len(opt)))})", params)
         return [(base + 1 + i, ids[i]) for i in range(len(rows))]
 
     def set_edge_invalid(self, eid: int, now: float, reason: str | None, superseded_by: str | None = None) -> None:
