@@ -64,7 +64,9 @@ __all__ = [
 logger = logging.getLogger("causalmem")
 
 PRECISIONS = ("fp32", "int8")
-#: what ``embedder="auto"`` uses (chosen by benchmarks/encoder_bench.py: LoCoMo R@10 within 0.01 of torch)
+#: what ``embedder="auto"`` uses: LoCoMo-dev R@10 within 0.01 of torch (+0.0074 default config, +0.0041
+#: semantic only; benchmarks/int8_bound.py), 1.6x fp32's encoding speed, half its model load and
+#: RSS; the difference is a question or two of 495, below what the set resolves (int8_bound.md)
 DEFAULT_PRECISION = "int8"
 INT8_MIN_COSINE = 0.95  # per-text cosine of the int8 variant against torch, worst case (very short texts)
 INT8_MIN_MEAN_COSINE = 0.985  # its mean over a sample of ordinary sentences
