@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -181,7 +181,8 @@ class BM25Index:
         """What must match for saved postings to be reused: the tokenizer and k1, b."""
         tok = self.tokenizer
         words = ",".join(sorted(tok.stop_words)) if hasattr(tok, "stop_words") else ""
-        return f"{tok!r}|{getattr(tok, 'stem', '')}|{hashlib.blake2b(words.encode(), digest_size=8).hexdigest()}|k1={self.k1!r}|b={self.b!r}"
+        digest = hashlib.blake2b(words.encode(), digest_size=8).hexdigest()
+        return f"{tok!r}|{getattr(tok, 'stem', '')}|{digest}|k1={self.k1!r}|b={self.b!r}"
 
     def to_arrays(self) -> tuple[dict[str, np.ndarray], dict] | None:
         """The index as flat arrays + meta (``from_arrays`` inverts it); None if it cannot be saved.
@@ -205,14 +206,14 @@ class BM25Index:
             df, fwd_term = df[keep], remap[fwd_term].astype(np.int32)
             ptr = np.concatenate(([0], ptr[1:][keep])).astype(np.int64)
             v = len(terms)
-        arrays = {
+        arrays: dict[str, np.ndarray] = {
             "terms": np.frombuffer(blob, dtype=np.uint8), "df": df,
             "slot_doc": self._slot_doc[:n], "slot_len": self._slot_len[:n], "slot_alive": self._slot_alive[:n],
             "slot_start": self._slot_start[:n], "slot_nterms": self._slot_nterms[:n], "doc_slot": self._doc_slot,
             "fwd_term": fwd_term, "fwd_tf": self._fwd_tf[:f],
             "base_ptr": ptr, "base_slot": self._base_slot, "base_tf": self._base_tf,
         }
-        meta = {"tokenizer": self.tokenizer_key(), "n_terms": v, "n_live": self._n_live,
+        meta: dict[str, Any] = {"tokenizer": self.tokenizer_key(), "n_terms": v, "n_live": self._n_live,
                 "total_len": self._total_len}
         return arrays, meta
 

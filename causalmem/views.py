@@ -542,7 +542,8 @@ class Views:
         committed = self.store.committed_seq
         if committed is None:
             return  # nothing changed
-        self._seq = committed if self._seq is not None and self._seq == committed - 1 else None
+        before = getattr(self.store, "committed_from", None)
+        self._seq = committed if self._seq is not None and before is not None and self._seq == before else None
 
     def sync_external(self) -> None:
         """Another connection committed: bring the views up to date with the store."""

@@ -249,6 +249,8 @@ class SQLiteStore:
         #: ``change_seq`` as this connection's last write transaction committed it (None: that
         #: transaction changed nothing); lets the views know exactly which state they hold
         self.committed_seq: int | None = None
+        #: the counter's value just before that commit advanced it (None: it was not set yet)
+        self.committed_from: int | None = None
         self._closed = False
         memory = self.path == ":memory:"
         exists = not memory and Path(self.path).exists()
@@ -515,11 +517,16 @@ class SQLiteStore:
 
     def _advance_change_seq(self) -> None:
         """Inside the outermost write transaction, just before COMMIT: one statement."""
+        # a random step, not +1: two copies of one database file (a restore from a backup, a copied
+        # file) that each commit afterwards end at different values, so index files made from one
+        # are never taken for the other's (steps < 2^24 leave room for ~2^37 commits in 63 bits)
+        start, step = secrets.randbits(40) << 20, 1 + secrets.randbits(24)
         row = self.conn.execute(
             "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
-            "value = CAST(value AS INTEGER) + 1 RETURNING value",
-            (CHANGE_SEQ_KEY, str(secrets.randbits(40) << 20))).fetchone()
+            "value = CAST(value AS INTEGER) + ? RETURNING value",
+            (CHANGE_SEQ_KEY, str(start), step)).fetchone()
         self.committed_seq = int(row[0])
+        self.committed_from = None if self.committed_seq == start else self.committed_seq - step
 
     def integrity_check(self) -> str:
         return self._one("PRAGMA integrity_check")
