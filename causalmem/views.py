@@ -529,7 +529,9 @@ class Views:
                 for fx in effects:
                     fx()
                 self._track_commit()
-                self._data_version = self.store.data_version()
+                # _data_version stays as sync_external left it before this write: this connection's own
+                # commit does not change it, and re-reading here would swallow another process's commit
+                # that landed meanwhile
                 if self._embed_queued:
                     self._embed_queued = False
                     self.queue_changed()
@@ -554,8 +556,8 @@ class Views:
 
     def after_bulk_change(self) -> None:
         """The store changed under this process's own hand outside ``write()`` (a sleep cycle)."""
+        self._data_version = self.store.data_version()  # before re-reading: a later commit is noticed
         self.resync()
-        self._data_version = self.store.data_version()
 
     def resync(self) -> None:
         """Re-read chunk columns and patch the text indexes by difference (new, deleted chunks).

@@ -47,3 +47,114 @@ def devops(db_path, clock):
     mem.record_many([{"decision": d, "outcome": o, "relation": r, "confidence": c} for d, o, r, c in DEVOPS_EDGES])
     yield mem
     mem.close()
+
+
+# ---------------------------------------------------------------- PostgreSQL (issue 14)
+# tests/test_postgres*.py use a throwaway cluster (tests/pg_cluster.py): the one named by
+# CAUSALMEM_TEST_PG_DSN (.ci/run starts it), else one started here for the session, else they skip.
+# CAUSALMEM_TEST_BACKEND=postgres runs the WHOLE suite on PostgreSQL: every store a test opens by
+# path becomes a schema of a fresh database (tests/pg_site/causalmem_pg_shim.py, also installed in
+# subprocesses through tests/pg_site/sitecustomize.py); tests of SQLite files as such skip (PG_SKIPS).
+import sys  # noqa: E402
+import uuid  # noqa: E402
+
+PG_MODE = os.environ.get("CAUSALMEM_TEST_BACKEND", "sqlite") == "postgres"
+_PG: dict = {}
+_PG_SITE = str(Path(__file__).resolve().parent / "pg_site")
+
+
+def _pg_server() -> str | None:
+    """DSN of the cluster's maintenance database (starting a cluster on first use), or None."""
+    if "dsn" not in _PG:
+        dsn = os.environ.get("CAUSALMEM_TEST_PG_DSN")
+        if not dsn:
+            import pg_cluster
+
+            if pg_cluster.find_bin() is None:
+                _PG["dsn"] = None
+                return None
+            _PG["cluster"] = pg_cluster.start()
+            dsn = _PG["cluster"].dsn
+        _PG["dsn"] = dsn
+    return _PG["dsn"]
+
+
+def _pg_database(name: str) -> str:
+    """Create database ``name`` on the cluster; its DSN."""
+    import psycopg
+    from urllib.parse import urlsplit, urlunsplit
+
+    server = _pg_server()
+    if server is None:
+        raise RuntimeError("CAUSALMEM_TEST_BACKEND=postgres but no PostgreSQL server (set CAUSALMEM_TEST_PG_DSN "
+                           "or install the postgresql server binaries)")
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    _PG.setdefault("databases", []).append(name)
+    p = urlsplit(server)
+    return urlunsplit((p.scheme, p.netloc, "/" + name, p.query, p.fragment))
+
+
+def pytest_configure(config):
+    if not PG_MODE:
+        return
+    sys.path.insert(0, _PG_SITE)
+    dsn = _pg_database(f"cm_suite_{os.getpid()}")
+    os.environ["CAUSALMEM_TEST_PG_DB_DSN"] = dsn
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_PG_SITE, os.environ.get("PYTHONPATH")) if p)
+    import causalmem_pg_shim
+
+    causalmem_pg_shim.install(dsn)
+
+
+def pytest_unconfigure(config):
+    cluster = _PG.pop("cluster", None)
+    if cluster is not None:
+        cluster.stop()
+    elif _PG.get("databases") and _PG.get("dsn"):
+        import psycopg
+
+        try:
+            with psycopg.connect(_PG["dsn"], autocommit=True) as conn:
+                for name in _PG["databases"]:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        except psycopg.Error:
+            pass
+
+
+#: tests about SQLite files as such (bytes on disk, WAL, file locks, foreign SQLite files): skipped
+#: when the suite runs on PostgreSQL, with the reason. Keys: "file.py::test_name" prefixes.
+PG_SKIPS: dict[str, str] = {}
+
+
+def pytest_collection_modifyitems(config, items):
+    if not PG_MODE:
+        return
+    for item in items:
+        for prefix, reason in PG_SKIPS.items():
+            if item.nodeid.startswith("tests/" + prefix) or item.nodeid.startswith(prefix):
+                item.add_marker(pytest.mark.skip(reason=f"SQLite-file specific on the PostgreSQL run: {reason}"))
+                break
+
+
+@pytest.fixture(scope="session")
+def pg_server_dsn():
+    dsn = _pg_server()
+    if dsn is None:
+        pytest.skip("no PostgreSQL server binaries (Debian package 'postgresql') and no CAUSALMEM_TEST_PG_DSN")
+    return dsn
+
+
+@pytest.fixture(scope="session")
+def pg_database(pg_server_dsn):
+    """DSN of a database for this session's PostgreSQL tests."""
+    if "testdb" not in _PG:
+        _PG["testdb"] = _pg_database(f"cm_pgtests_{os.getpid()}")
+    return _PG["testdb"]
+
+
+@pytest.fixture
+def pg_dsn(pg_database):
+    """DSN of a fresh, empty causalmem memory (its own schema) on the test cluster."""
+    sep = "&" if "?" in pg_database else "?"
+    return f"{pg_database}{sep}schema=t_{uuid.uuid4().hex[:20]}"

@@ -1,0 +1,1259 @@
+"""PostgreSQL backend: one memory shared by many processes on many hosts. Implements ``base.StoreBackend``.
+
+Selected by a DSN: ``Memory("postgresql://user@host:5432/db")``. An optional ``schema=NAME``
+query parameter (``postgresql://.../db?schema=team_a``) keeps several memories in one database,
+as several SQLite files would be; the default schema is ``causalmem``. psycopg 3 (``pip install
+"causalmem[postgres]"``); PostgreSQL 15 or newer.
+
+Same guarantees as the SQLite backend:
+
+* one transaction per public write, nested calls are savepoints; writers of one memory are
+  serialized by a transaction-level advisory lock taken first (the analogue of SQLite's
+  ``BEGIN IMMEDIATE``), so the dense integer keys (``MAX + 1``) need no sequence and two
+  causalmem writers can neither deadlock nor fail to serialize against each other;
+* a deadlock or serialization failure that still happens (another application's session
+  holding rows) rolls the transaction back and raises ``RetryableStoreError``; the ``Memory``
+  facade re-runs the whole public call (its in-memory effects apply only after commit), so a
+  caller never sees it;
+* ordered migrations recorded in ``causalmem_state.schema_version``; a schema written by a newer
+  causalmem is refused untouched (``SchemaVersionError``), a schema holding another
+  application's tables is refused untouched (``StoreError``).
+
+Hosts stay in step through a change sequence: every write transaction advances
+``causalmem_state.seq`` (the same statement that takes the row lock). ``data_version()``
+changes when a sequence value appears that this store object did not write, which is what the
+in-process views compare before every query and write (``views.sync_external``): the next query
+after another host's commit catches up. ``change_seq()`` is the current value. After each commit
+a ``NOTIFY`` on the memory's channel lets a listener wake early (``wait_for_change``).
+
+The projection is rebuilt with ``COPY ... TO STDOUT (FORMAT BINARY)`` parsed straight into numpy
+(fixed-width rows, no Python object per cell); bulk inserts of chunks and edges use ``COPY FROM``.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import threading
+import time
+from typing import Any, Iterable, Iterator, Mapping, Sequence, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import numpy as np
+
+from ..errors import SchemaVersionError, StoreError
+from ..types import Relation
+from .base import (
+    CHUNK_DTYPE, COOC_DTYPE, EDGE_DTYPE, POLARITY_CODES, PROJECTION_CO_DTYPE, PROJECTION_EDGE_DTYPE, SOURCE_CODES,
+    SUBTYPE_CODES, ChainEdge, ChunkColumns, ChunkKey, ChunkRow, CooccurrencePair, CooccurrenceRow, EdgeRow,
+    EmbeddingRow, EvidenceEdge, FactRow, HistoryRow, JudgeEdgeRow, MiningChunkRow, OutEdge, PathEdge, StoredVector,
+    TaggedEdgeRow, new_id, new_ids, text_hash,
+)
+
+try:  # optional dependency: causalmem[postgres]
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg import sql as pg_sql
+except ImportError:  # pragma: no cover - exercised only without the extra
+    psycopg = None  # type: ignore[assignment]
+    pg_errors = None  # type: ignore[assignment]
+    pg_sql = None  # type: ignore[assignment]
+
+log = logging.getLogger("causalmem")
+
+R = TypeVar("R")
+
+__all__ = ["PostgresStore", "RetryableStoreError", "SCHEMA_VERSION", "MIGRATIONS", "is_dsn", "DEFAULT_SCHEMA"]
+
+#: the same logical schema versions as the SQLite backend (an export names one number for both)
+SCHEMA_VERSION = 2
+DEFAULT_SCHEMA = "causalmem"
+#: first key of the two-key advisory locks ("CMem")
+LOCK_NAMESPACE = 0x434D656D
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+MIGRATIONS: list[tuple[str, str]] = [
+    (
+        "initial schema",
+        """
+        CREATE TABLE chunks (
+            nid BIGINT PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            text TEXT NOT NULL,
+            text_hash BIGINT NOT NULL,
+            kind TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL,
+            event_time DOUBLE PRECISION,
+            q_value DOUBLE PRECISION NOT NULL,
+            importance DOUBLE PRECISION NOT NULL DEFAULT 5.0,
+            access_count BIGINT NOT NULL DEFAULT 0,
+            last_accessed_at DOUBLE PRECISION,
+            user_id TEXT,
+            agent_id TEXT,
+            run_id TEXT,
+            session_id TEXT,
+            metadata TEXT NOT NULL DEFAULT '{}',
+            valid_to DOUBLE PRECISION
+        );
+        CREATE INDEX chunks_reuse ON chunks(text_hash, user_id, agent_id, run_id);
+        CREATE INDEX chunks_scope ON chunks(user_id, agent_id, run_id);
+        CREATE INDEX chunks_session ON chunks(session_id, nid);
+        CREATE TABLE edges (
+            eid BIGINT PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            src BIGINT NOT NULL REFERENCES chunks(nid),
+            dst BIGINT NOT NULL REFERENCES chunks(nid),
+            relation TEXT NOT NULL,
+            rel_code INTEGER NOT NULL,
+            subtype TEXT,
+            confidence DOUBLE PRECISION NOT NULL,
+            source TEXT NOT NULL,
+            polarity TEXT,
+            task_tag TEXT,
+            event_time DOUBLE PRECISION,
+            discovered_at DOUBLE PRECISION NOT NULL,
+            valid_to DOUBLE PRECISION,
+            invalid_reason TEXT,
+            superseded_by TEXT
+        );
+        CREATE INDEX edges_src ON edges(src);
+        CREATE INDEX edges_dst ON edges(dst);
+        CREATE TABLE cooccurrence (
+            a BIGINT NOT NULL,
+            b BIGINT NOT NULL,
+            weight DOUBLE PRECISION NOT NULL,
+            hits BIGINT NOT NULL DEFAULT 1,
+            updated_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (a, b)
+        );
+        CREATE INDEX cooccurrence_b ON cooccurrence(b);
+        CREATE TABLE facts (
+            fid BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            nid BIGINT NOT NULL REFERENCES chunks(nid),
+            user_id TEXT,
+            agent_id TEXT,
+            run_id TEXT,
+            confidence DOUBLE PRECISION NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL,
+            valid_to DOUBLE PRECISION
+        );
+        CREATE INDEX facts_key ON facts(key, user_id, agent_id, run_id);
+        CREATE INDEX facts_nid ON facts(nid);
+        CREATE TABLE embeddings (
+            nid BIGINT PRIMARY KEY REFERENCES chunks(nid),
+            model TEXT NOT NULL,
+            dim INTEGER NOT NULL,
+            text_hash BIGINT NOT NULL,
+            vector BYTEA NOT NULL
+        );
+        CREATE INDEX embeddings_model ON embeddings(model);
+        CREATE TABLE chunk_history (
+            hid BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+            nid BIGINT NOT NULL,
+            event TEXT NOT NULL,
+            old_text TEXT,
+            new_text TEXT,
+            at DOUBLE PRECISION NOT NULL
+        );
+        CREATE INDEX chunk_history_nid ON chunk_history(nid);
+        CREATE INDEX chunk_history_event ON chunk_history(event, hid);
+        CREATE TABLE meta (
+            key TEXT PRIMARY KEY,
+            value TEXT
+        );
+        """,
+    ),
+    (
+        "polarity origin, evidence count, edge pair index",
+        """
+        ALTER TABLE edges ADD COLUMN polarity_origin TEXT;
+        ALTER TABLE edges ADD COLUMN evidence BIGINT NOT NULL DEFAULT 1;
+        UPDATE edges SET polarity_origin = CASE WHEN polarity IS NULL THEN 'unknown' ELSE 'guessed' END;
+        CREATE INDEX edges_pair ON edges(src, dst, relation);
+        """,
+    ),
+]
+OWN_TABLES = frozenset({"chunks", "edges", "cooccurrence", "facts", "embeddings", "chunk_history", "meta",
+                        "causalmem_state"})
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+CHUNK_COLS = (
+    "nid, id, text, kind, q_value, importance, created_at, event_time, user_id, agent_id, "
+    "run_id, session_id, metadata, access_count, last_accessed_at, valid_to"
+)
+EDGE_COLS = (
+    "e.eid, e.id, s.id, d.id, e.relation, e.confidence, e.source, e.polarity, e.task_tag, "
+    "e.event_time, e.valid_to, e.superseded_by, e.discovered_at, e.subtype, e.invalid_reason, e.src, e.dst, "
+    "e.polarity_origin, e.evidence"
+)
+EDGE_FROM = "edges e JOIN chunks s ON s.nid = e.src JOIN chunks d ON d.nid = e.dst"
+_META_UPSERT = "INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+_CHUNK_FILTERS = ("user_id", "agent_id", "run_id", "session_id", "kind")
+_SCOPE = "user_id IS NOT DISTINCT FROM %s AND agent_id IS NOT DISTINCT FROM %s AND run_id IS NOT DISTINCT FROM %s"
+
+
+def _case(column: str, codes: dict[str, int], other: int = 0) -> str:
+    whens = " ".join(f"WHEN {column} = '{k}' THEN {v}" for k, v in codes.items())
+    return f"CASE WHEN {column} IS NULL THEN 0 {whens} ELSE {other} END"
+
+
+_SLEEP_EDGE_SELECT = (
+    "SELECT eid, src, dst, rel_code, " + _case("subtype", SUBTYPE_CODES, 7) + ", confidence, "
+    + _case("source", SOURCE_CODES) + ", " + _case("polarity", POLARITY_CODES) + ", discovered_at, "
+    "(superseded_by IS NOT NULL)::int FROM edges WHERE valid_to IS NULL"
+)
+
+# binary COPY of the projection: fixed-width rows (field count, then length + value per field)
+_PROJ_ROW = np.dtype([("n", ">i2"), ("l1", ">i4"), ("eid", ">i8"), ("l2", ">i4"), ("src", ">i8"), ("l3", ">i4"),
+                      ("dst", ">i8"), ("l4", ">i4"), ("rel", ">i4"), ("l5", ">i4"), ("conf", ">f8")])
+_CO_ROW = np.dtype([("n", ">i2"), ("l1", ">i4"), ("a", ">i8"), ("l2", ">i4"), ("b", ">i8"), ("l3", ">i4"),
+                    ("w", ">f8")])
+_COPY_HEADER = 19  # signature (11) + flags (4) + header extension length (4)
+
+
+def is_dsn(target: Any) -> bool:
+    """Whether ``target`` names a PostgreSQL database (a ``postgresql://`` / ``postgres://`` URL)."""
+    return isinstance(target, str) and target.lstrip().lower().startswith(("postgresql://", "postgres://"))
+
+
+def split_dsn(dsn: str) -> tuple[str, str]:
+    """(connection string for psycopg, schema): the ``schema`` query parameter is ours, not libpq's."""
+    parts = urlsplit(dsn.strip())
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = DEFAULT_SCHEMA
+    rest = []
+    for k, v in query:
+        if k == "schema":
+            schema = v
+        else:
+            rest.append((k, v))
+    if not _SCHEMA_NAME.match(schema):
+        raise ValueError(f"schema must be a plain SQL identifier (letters, digits, _; at most 63), got {schema!r}")
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment)), schema.lower()
+
+
+def redact(dsn: str) -> str:
+    """The DSN without its password (for messages and ``Memory.path``)."""
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+class RetryableStoreError(StoreError):
+    """A deadlock or serialization failure rolled the whole transaction back: run the call again."""
+
+
+def _retryable(exc: BaseException) -> bool:
+    return pg_errors is not None and isinstance(exc, (pg_errors.SerializationFailure, pg_errors.DeadlockDetected))
+
+
+class PostgresStore:
+    """One psycopg connection to one causalmem schema of a PostgreSQL database."""
+
+    def __init__(self, dsn: str, *, busy_timeout_ms: int = 30000, read_only: bool = False,
+                 schema: str | None = None, connect_timeout_s: float = 10.0):
+        if psycopg is None:
+            raise StoreError('the PostgreSQL backend needs psycopg 3: pip install "causalmem[postgres]"')
+        if not is_dsn(dsn):
+            raise ValueError(f"dsn must be a postgresql:// URL, got {dsn!r}")
+        conninfo, dsn_schema = split_dsn(dsn)
+        if schema is not None:
+            if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
+                raise ValueError(f"schema must be a plain SQL identifier, got {schema!r}")
+            dsn_schema = schema.lower()
+        self.schema = dsn_schema
+        self.dsn = conninfo
+        self.path = redact(dsn)
+        self.read_only = bool(read_only)
+        self.busy_timeout_ms = int(busy_timeout_ms)
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._closed = False
+        self._seen_seq = 0  # newest change sequence value this object knows about
+        self._foreign = 0  # commits by other connections noticed so far (data_version)
+        self._tx_seq = 0
+        self._listener: Any = None
+        self.channel = f"causalmem_{self.schema}"
+        try:
+            self.conn: Any = psycopg.connect(conninfo, autocommit=True, connect_timeout=max(1, int(connect_timeout_s)),
+                                        application_name="causalmem")
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to PostgreSQL at {self.path!r}: {str(exc).strip()}") from exc
+        try:
+            self._open()
+        except psycopg.Error as exc:
+            self.conn.close()
+            raise self._store_error(exc, "open") from exc
+        except Exception:
+            self.conn.close()
+            raise
+
+    # ------------------------------------------------------------------ plumbing
+    def _open(self) -> None:
+        ident = pg_sql.Identifier(self.schema)
+        version = self._inspect()
+        if version is None:  # no causalmem schema here yet
+            if self.read_only:
+                raise StoreError(f"no causalmem memory in schema {self.schema!r} of {self.path!r} "
+                                 "(read-only open creates nothing)")
+            with self.conn.transaction():
+                self._schema_lock()
+                self.conn.execute(pg_sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+                self.conn.execute(pg_sql.SQL("SET search_path TO {}").format(ident))
+                version = self._inspect()  # re-check under the lock: another process may have created it
+                if version is None:
+                    self.conn.execute(
+                        "CREATE TABLE causalmem_state (id INTEGER PRIMARY KEY DEFAULT 1 CHECK (id = 1), "
+                        "schema_version INTEGER NOT NULL, seq BIGINT NOT NULL)")
+                    self.conn.execute("INSERT INTO causalmem_state (schema_version, seq) VALUES (0, 0)")
+                    version = 0
+        self.conn.execute(pg_sql.SQL("SET search_path TO {}").format(ident))
+        if self.read_only:
+            self.conn.execute("SET default_transaction_read_only = on")
+            if version < SCHEMA_VERSION:
+                raise StoreError(f"memory {self.path!r} has an older schema that needs an upgrade; open it once "
+                                 "without read_only=True")
+        elif version < SCHEMA_VERSION:
+            self._migrate()
+        self._seen_seq = self.change_seq()
+
+    def _schema_lock(self) -> None:
+        self.conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_NAMESPACE, "schema:" + self.schema))
+
+    def _inspect(self) -> int | None:
+        """Schema version of the memory (None: no causalmem tables yet). Refuses, without writing,
+        a schema of another application or of a newer causalmem."""
+        tables = {r[0] for r in self.conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (self.schema,))}
+        if not tables:
+            return None
+        if "causalmem_state" not in tables:
+            raise StoreError(f"schema {self.schema!r} of {self.path!r} holds another application's tables "
+                             f"({', '.join(sorted(tables)[:5])}); refusing to open it as a causalmem memory. "
+                             "Nothing was modified.")
+        version = self.conn.execute(
+            pg_sql.SQL("SELECT schema_version FROM {}.causalmem_state").format(
+                pg_sql.Identifier(self.schema))).fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"memory {self.path!r} (schema {self.schema!r}) has schema version {version}, newer than this "
+                f"causalmem understands ({SCHEMA_VERSION}); upgrade causalmem. Nothing was modified.")
+        return int(version)
+
+    def _migrate(self) -> None:
+        with self.transaction():
+            version = self.conn.execute("SELECT schema_version FROM causalmem_state").fetchone()[0]
+            if version > SCHEMA_VERSION:  # re-check under the write lock
+                raise SchemaVersionError(f"memory {self.path!r} has schema version {version}, newer than "
+                                         f"{SCHEMA_VERSION}")
+            for i in range(version, SCHEMA_VERSION):
+                name, sql = MIGRATIONS[i]
+                log.info("causalmem: applying PostgreSQL migration %d (%s)", i + 1, name)
+                for statement in (s.strip() for s in sql.split(";")):
+                    if statement:
+                        self.conn.execute(statement)
+                self.conn.execute("UPDATE causalmem_state SET schema_version = %s", (i + 1,))
+
+    def _store_error(self, exc: BaseException, doing: str = "") -> StoreError:
+        msg = str(exc).strip()
+        where = f" ({doing})" if doing else ""
+        if pg_errors is not None:
+            if isinstance(exc, pg_errors.LockNotAvailable) or isinstance(exc, pg_errors.QueryCanceled):
+                return StoreError(f"memory {self.path!r} is locked by another writer{where}; gave up after the "
+                                  f"busy timeout of {self.busy_timeout_ms} ms ({msg})")
+            if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
+                return StoreError(f"memory {self.path!r} is read-only{where}: cannot write ({msg})")
+            if isinstance(exc, (pg_errors.DiskFull, pg_errors.OutOfMemory)):
+                return StoreError(f"cannot write to {self.path!r}: the server is out of space{where} ({msg}); "
+                                  "nothing of this call was saved")
+            if _retryable(exc):
+                return RetryableStoreError(f"memory {self.path!r}: transaction rolled back by the server{where} "
+                                           f"({msg})")
+        if psycopg is not None and isinstance(exc, psycopg.OperationalError):
+            return StoreError(f"lost the connection to PostgreSQL at {self.path!r}{where}: {msg}")
+        return StoreError(f"memory {self.path!r}: {msg}{where}")
+
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        try:
+            yield
+        except psycopg.Error as exc:
+            raise self._store_error(exc) from exc
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise StoreError("this memory is closed")
+
+    @contextlib.contextmanager
+    def transaction(self, *, wait: bool = True) -> Iterator[Any]:
+        """One write transaction (nested: a savepoint). Takes this memory's writer lock first (at
+        most the busy timeout; ``wait=False``: not at all) and advances the change sequence."""
+        with self._lock:
+            self._ensure_open()
+            if self.read_only:
+                raise StoreError(f"memory {self.path!r} was opened read-only: cannot write")
+            if self._depth > 0:
+                self._depth += 1
+                try:
+                    with self.conn.transaction():
+                        yield self.conn
+                except psycopg.Error as exc:
+                    raise self._store_error(exc) from exc
+                finally:
+                    self._depth -= 1
+                return
+            try:
+                with self.conn.transaction():
+                    self._begin_write(wait)
+                    self._depth = 1
+                    try:
+                        yield self.conn
+                    finally:
+                        self._depth = 0
+                    seq = self._tx_seq
+            except psycopg.Error as exc:
+                raise self._store_error(exc) from exc
+            self._committed(seq)
+
+    def _begin_write(self, wait: bool) -> None:
+        if wait:
+            self.conn.execute(f"SET LOCAL lock_timeout = {max(1, self.busy_timeout_ms)}")
+            self.conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_NAMESPACE, self.schema))
+        else:
+            got = self.conn.execute("SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))",
+                                    (LOCK_NAMESPACE, self.schema)).fetchone()[0]
+            if not got:
+                raise StoreError(f"memory {self.path!r} is locked by another writer (not waiting)")
+        self.conn.execute("SET LOCAL lock_timeout = 0")
+        self._tx_seq = self.conn.execute("UPDATE causalmem_state SET seq = seq + 1 RETURNING seq").fetchone()[0]
+        self.conn.execute("SELECT pg_notify(%s, %s)", (self.channel, str(self._tx_seq)))  # sent at commit
+
+    def _committed(self, seq: int) -> None:
+        # writers are serialized and each advances the sequence by one: a gap means another
+        # connection committed since we last looked
+        if seq != self._seen_seq + 1:
+            self._foreign += 1
+        self._seen_seq = max(self._seen_seq, seq)
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """A read-only repeatable-read transaction: several SELECTs see one state."""
+        self._ensure_open()
+        if self._depth > 0:
+            yield
+            return
+        with self.conn.transaction():
+            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._depth > 0
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                for c in (self.conn, self._listener):
+                    if c is not None:
+                        try:
+                            c.close()
+                        except psycopg.Error:  # pragma: no cover
+                            pass
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
+        """Run one SELECT and fetch every row (for this backend and its tests only)."""
+        with self._lock:
+            self._ensure_open()
+            try:
+                return self.conn.execute(sql, params if params else None).fetchall()
+            except psycopg.Error as exc:
+                raise self._store_error(exc) from exc
+
+    def _x(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        """Execute a write statement (inside the caller's transaction); returns the cursor."""
+        return self.conn.execute(sql, params if params else None)
+
+    def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
+        rows = list(rows)
+        if not rows:
+            return 0
+        with self.conn.cursor() as cur:
+            cur.executemany(sql, rows)
+            return max(cur.rowcount, 0)
+
+    def _many_count(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
+        """executemany, returning the total number of rows changed."""
+        total = 0
+        rows = list(rows)
+        if not rows:
+            return 0
+        with self.conn.cursor() as cur:
+            cur.executemany(sql, rows, returning=True)
+            while True:
+                total += sum(1 for _ in cur.fetchall())
+                if not cur.nextset():
+                    break
+        return total
+
+    def _one(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        rows = self.query(sql, params)
+        return rows[0][0] if rows else None
+
+    # ------------------------------------------------------------------ versions, change sequence
+    def change_seq(self) -> int:
+        """The memory's change sequence: advanced by every committed write transaction, on any host."""
+        return int(self._one("SELECT seq FROM causalmem_state"))
+
+    def data_version(self) -> int:
+        """Changes when another connection (this host or another) committed a write."""
+        with self._lock:
+            self._ensure_open()
+            if self._depth > 0:
+                return self._foreign
+            seq = self.change_seq()
+            if seq != self._seen_seq:
+                self._seen_seq = seq
+                self._foreign += 1
+            return self._foreign
+
+    def wait_for_change(self, timeout: float) -> bool:
+        """Block until another connection commits a write (LISTEN/NOTIFY) or ``timeout`` seconds
+        pass; True if a change arrived. A dedicated connection listens, so queries go on meanwhile."""
+        if self._listener is None:
+            self._listener = psycopg.connect(self.dsn, autocommit=True)
+            self._listener.execute(pg_sql.SQL("LISTEN {}").format(pg_sql.Identifier(self.channel)))
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            for note in self._listener.notifies(timeout=left, stop_after=1):
+                if note.pid != self.conn.info.backend_pid:
+                    return True
+
+    def user_version(self) -> int:
+        return int(self._one("SELECT schema_version FROM causalmem_state"))
+
+    def integrity_check(self) -> str:
+        """``"ok"``, or what is inconsistent (rows pointing at missing chunks, duplicate keys)."""
+        problems = []
+        for what, sql in (
+                ("co-occurrence pairs of missing chunks",
+                 "SELECT COUNT(*) FROM cooccurrence o WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.nid = o.a) "
+                 "OR NOT EXISTS (SELECT 1 FROM chunks c WHERE c.nid = o.b)"),
+                ("history events of missing chunks",
+                 "SELECT COUNT(*) FROM chunk_history h WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.nid = h.nid)"),
+                ("unordered co-occurrence pairs", "SELECT COUNT(*) FROM cooccurrence WHERE a >= b"),
+                ("state rows", "SELECT COUNT(*) - 1 FROM causalmem_state")):
+            n = self._one(sql)
+            if n:
+                problems.append(f"{n} {what}")
+        return "ok" if not problems else "; ".join(problems)
+
+    def counts(self) -> dict[str, int]:
+        row = self.query(
+            "SELECT (SELECT COUNT(*) FROM chunks WHERE valid_to IS NULL), (SELECT COUNT(*) FROM chunks), "
+            "(SELECT COUNT(*) FROM edges WHERE valid_to IS NULL), (SELECT COUNT(*) FROM edges), "
+            "(SELECT COUNT(*) FROM cooccurrence), (SELECT COUNT(*) FROM facts WHERE valid_to IS NULL), "
+            "(SELECT COUNT(*) FROM embeddings)")[0]
+        keys = ("chunks", "chunks_total", "edges", "edges_total", "cooccurrence", "facts", "embeddings")
+        return {k: int(v) for k, v in zip(keys, row)}
+
+    def edge_count(self) -> int:
+        return int(self._one("SELECT COUNT(*) FROM edges"))
+
+    def get_meta(self, key: str) -> str | None:
+        return self._one("SELECT value FROM meta WHERE key = %s", (key,))
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._x(_META_UPSERT, (key, value))
+
+    # ------------------------------------------------------------------ chunks: reads
+    def chunk_row(self, chunk_id: str) -> ChunkRow | None:
+        rows = self.query(f"SELECT {CHUNK_COLS} FROM chunks WHERE id = %s", (chunk_id,))
+        return ChunkRow._make(rows[0]) if rows else None
+
+    def chunk_rows_by_nid(self, nids: Sequence[int]) -> dict[int, ChunkRow]:
+        rows = self.query(f"SELECT {CHUNK_COLS} FROM chunks WHERE nid = ANY(%s)", ([int(n) for n in nids],))
+        return {r[0]: ChunkRow._make(r) for r in rows}
+
+    def nid_of(self, chunk_id: str) -> int | None:
+        return self._one("SELECT nid FROM chunks WHERE id = %s", (chunk_id,))
+
+    def chunk_keys_by_id(self, chunk_ids: Sequence[str]) -> dict[str, ChunkKey]:
+        rows = self.query("SELECT nid, id FROM chunks WHERE id = ANY(%s)", (list(chunk_ids),))
+        return {r[1]: ChunkKey._make(r) for r in rows}
+
+    def chunk_alive(self, nid: int) -> bool:
+        return bool(self._one("SELECT valid_to IS NULL FROM chunks WHERE nid = %s", (int(nid),)))
+
+    def find_reusable_chunk(self, text: str, user_id: str | None, agent_id: str | None,
+                            run_id: str | None) -> ChunkKey | None:
+        rows = self.query(
+            f"SELECT nid, id, text FROM chunks WHERE text_hash = %s AND {_SCOPE} AND kind <> 'turn' "
+            "AND valid_to IS NULL ORDER BY nid LIMIT 4", (text_hash(text), user_id, agent_id, run_id))
+        for nid, cid, t in rows:
+            if t == text:
+                return ChunkKey(nid, cid)
+        return None
+
+    def find_reusable_chunks(self, keys: Sequence[tuple[str, tuple]],
+                             hashes: dict[str, int] | None = None) -> dict[tuple[str, tuple], ChunkKey]:
+        hashes = {} if hashes is None else hashes
+        by_scope: dict[tuple, dict[int, str]] = {}
+        for text, scope in keys:
+            h = hashes.get(text)
+            if h is None:
+                h = hashes[text] = text_hash(text)
+            by_scope.setdefault(scope, {})[h] = text
+        out: dict[tuple[str, tuple], ChunkKey] = {}
+        for scope, by_hash in by_scope.items():
+            rows = self.query(
+                f"SELECT nid, id, text FROM chunks WHERE text_hash = ANY(%s) AND {_SCOPE} AND kind <> 'turn' "
+                "AND valid_to IS NULL ORDER BY nid", (list(by_hash), *scope))
+            for nid, cid, t in rows:
+                out.setdefault((t, scope), ChunkKey(nid, cid))
+        return out
+
+    def chunk_nids(self, *, filters: Mapping[str, str | None], limit: int | None = None,
+                   live_only: bool = True) -> list[int]:
+        conds, params = (["valid_to IS NULL"] if live_only else ["TRUE"]), []
+        for k, v in filters.items():
+            if k not in _CHUNK_FILTERS:
+                raise ValueError(f"unknown chunk filter {k!r}; allowed: {list(_CHUNK_FILTERS)}")
+            conds.append(f"{k} = %s" if v is not None else f"{k} IS NULL")
+            if v is not None:
+                params.append(v)
+        sql = f"SELECT nid FROM chunks WHERE {' AND '.join(conds)} ORDER BY nid"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [r[0] for r in self.query(sql, params)]
+
+    def chunk_columns(self, *, with_text: bool = True, batch: int = 50000) -> Iterator[ChunkColumns]:
+        sql = ("SELECT nid, kind, created_at, event_time, q_value, importance, user_id, agent_id, run_id, "
+               f"session_id, (valid_to IS NULL)::int{', text' if with_text else ''} FROM chunks ORDER BY nid")
+        with self._lock:
+            self._ensure_open()
+            rows_all = self.conn.execute(sql).fetchall()
+        for i in range(0, len(rows_all), batch):
+            rows = rows_all[i:i + batch]
+            c = list(zip(*rows))
+            yield ChunkColumns(nid=c[0], kind=c[1], created_at=c[2], event_time=c[3], q_value=c[4],
+                               importance=c[5], user_id=c[6], agent_id=c[7], run_id=c[8], session_id=c[9],
+                               alive=c[10], text=c[11] if with_text else None)
+
+    def texts_of(self, nids: Sequence[int]) -> list[tuple[int, str]]:
+        return self.query("SELECT nid, text FROM chunks WHERE nid = ANY(%s)", ([int(n) for n in nids],))
+
+    def chunk_texts(self, nids: Sequence[int]) -> dict[int, str]:
+        return dict(self.texts_of(nids))
+
+    def recent_chunk_texts(self, limit: int = 64) -> list[str]:
+        return [r[0] for r in self.query(
+            "SELECT text FROM chunks WHERE valid_to IS NULL ORDER BY created_at DESC, nid DESC LIMIT %s",
+            (int(limit),))]
+
+    def previous_turn(self, session_id: str, user_id: str | None, agent_id: str | None,
+                      run_id: str | None) -> int | None:
+        return self._one(
+            f"SELECT nid FROM chunks WHERE session_id = %s AND {_SCOPE} AND kind = 'turn' AND valid_to IS NULL "
+            "ORDER BY nid DESC LIMIT 1", (session_id, user_id, agent_id, run_id))
+
+    def history(self, nid: int) -> list[HistoryRow]:
+        return [HistoryRow._make(r) for r in self.query(
+            "SELECT event, old_text, new_text, at FROM chunk_history WHERE nid = %s ORDER BY hid", (int(nid),))]
+
+    def last_update_event(self) -> int:
+        return int(self._one("SELECT COALESCE(MAX(hid), 0) FROM chunk_history WHERE event = 'update'"))
+
+    def q_value_of(self, nid: int) -> float:
+        rows = self.query("SELECT q_value FROM chunks WHERE nid = %s", (int(nid),))
+        if not rows:
+            raise KeyError(f"unknown chunk nid {nid}")
+        return float(rows[0][0])
+
+    def max_successor_q(self, nid: int) -> float | None:
+        value = self._one(
+            "SELECT MAX(c.q_value) FROM edges e JOIN chunks c ON c.nid = e.dst "
+            "WHERE e.src = %s AND e.valid_to IS NULL AND c.valid_to IS NULL", (int(nid),))
+        return None if value is None else float(value)
+
+    def chunk_rows_for_mining(self, nids: Sequence[int]) -> Iterator[MiningChunkRow]:
+        wanted = sorted({int(n) for n in nids})
+        for row in self.query(
+                "SELECT nid, text, user_id, agent_id, run_id, created_at FROM chunks WHERE valid_to IS NULL "
+                "AND nid = ANY(%s)", (wanted,)):
+            yield MiningChunkRow._make(row)
+
+    def sleep_chunk_arrays(self) -> np.ndarray:
+        rows = self.query(
+            "SELECT nid, q_value, (valid_to IS NULL)::int, COALESCE(last_accessed_at, -1e300) FROM chunks "
+            "ORDER BY nid")
+        return np.fromiter(rows, dtype=CHUNK_DTYPE, count=len(rows))
+
+    # ------------------------------------------------------------------ chunks: writes
+    def _next_key(self, table: str, column: str) -> int:
+        """MAX + 1, above every purged key too (under the writer lock: no race)."""
+        top = self.conn.execute(f"SELECT COALESCE(MAX({column}), 0) FROM {table}").fetchone()[0]
+        floor = self.conn.execute("SELECT value FROM meta WHERE key = %s", (f"purged_max_{column}",)).fetchone()
+        return max(int(top), int(floor[0]) if floor else 0) + 1
+
+    def insert_chunk(self, *, text: str, kind: str, created_at: float, q_value: float,
+                     event_time: float | None = None, user_id: str | None = None, agent_id: str | None = None,
+                     run_id: str | None = None, session_id: str | None = None,
+                     metadata: Mapping[str, Any] | None = None, importance: float = 5.0,
+                     chunk_id: str | None = None) -> ChunkKey:
+        cid = chunk_id or new_id()
+        nid = self._next_key("chunks", "nid")
+        self._x(
+            "INSERT INTO chunks (nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, "
+            "user_id, agent_id, run_id, session_id, metadata) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            (nid, cid, text, text_hash(text), kind, created_at, event_time, q_value, importance, user_id,
+             agent_id, run_id, session_id, json.dumps(dict(metadata or {}), ensure_ascii=False)))
+        return ChunkKey(nid, cid)
+
+    def _copy_in(self, table: str, columns: str, rows: Iterable[Sequence[Any]]) -> None:
+        with self.conn.cursor() as cur:
+            with cur.copy(f"COPY {table} ({columns}) FROM STDIN") as cp:
+                for r in rows:
+                    cp.write_row(r)
+
+    def insert_chunks_bulk(self, rows: Sequence[Mapping[str, Any]]) -> list[ChunkKey]:
+        if not rows:
+            return []
+        base = self._next_key("chunks", "nid") - 1
+        ids = new_ids(len(rows))
+        self._copy_in(
+            "chunks", "nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, user_id, "
+            "agent_id, run_id, session_id, metadata",
+            ((base + 1 + i, ids[i], r["text"], r.get("text_hash") or text_hash(r["text"]), r["kind"], r["created_at"],
+              r.get("event_time"), r["q_value"], r.get("importance", 5.0), r.get("user_id"), r.get("agent_id"),
+              r.get("run_id"), r.get("session_id"),
+              json.dumps(r["metadata"], ensure_ascii=False) if r.get("metadata") else "{}")
+             for i, r in enumerate(rows)))
+        return [ChunkKey(base + 1 + i, ids[i]) for i in range(len(rows))]
+
+    def set_chunk_deleted(self, nid: int, now: float) -> None:
+        nid = int(nid)
+        self._x("UPDATE chunks SET valid_to = %s WHERE nid = %s", (now, nid))
+        self._x("UPDATE edges SET valid_to = %s, invalid_reason = 'chunk deleted' "
+                "WHERE (src = %s OR dst = %s) AND valid_to IS NULL", (now, nid, nid))
+        self._x("DELETE FROM cooccurrence WHERE a = %s OR b = %s", (nid, nid))
+        self._x("UPDATE facts SET valid_to = %s WHERE nid = %s AND valid_to IS NULL", (now, nid))
+        self._x("INSERT INTO chunk_history (nid, event, old_text, new_text, at) "
+                "SELECT nid, 'delete', text, NULL, %s FROM chunks WHERE nid = %s", (now, nid))
+
+    def chunk_metadata(self, nids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        rows = self.query("SELECT nid, metadata FROM chunks WHERE nid = ANY(%s)", ([int(n) for n in nids],))
+        return {r[0]: json.loads(r[1]) if r[1] else {} for r in rows}
+
+    def set_chunk_metadata(self, nid: int, metadata: Mapping[str, Any]) -> None:
+        self._x("UPDATE chunks SET metadata = %s WHERE nid = %s",
+                (json.dumps(dict(metadata), ensure_ascii=False), int(nid)))
+
+    def set_chunk_text(self, nid: int, text: str, now: float) -> None:
+        self._x("INSERT INTO chunk_history (nid, event, old_text, new_text, at) "
+                "SELECT nid, 'update', text, %s, %s FROM chunks WHERE nid = %s", (text, now, int(nid)))
+        self._x("UPDATE chunks SET text = %s, text_hash = %s WHERE nid = %s", (text, text_hash(text), int(nid)))
+
+    def touch_chunks(self, nids: Sequence[int], now: float) -> None:
+        ids = [int(n) for n in nids]
+        if not ids:
+            return
+        # one statement; a nid listed twice counts twice, as the per-row updates of the SQLite backend do
+        self._x(
+            "UPDATE chunks c SET access_count = c.access_count + t.n, "
+            "importance = LEAST(10.0, c.importance + 0.1 * t.n), last_accessed_at = %s "
+            "FROM (SELECT u AS nid, COUNT(*) AS n FROM unnest(%s::bigint[]) u GROUP BY u) t WHERE c.nid = t.nid",
+            (now, ids))
+
+    def set_q_value(self, nid: int, q: float) -> None:
+        self._x("UPDATE chunks SET q_value = %s WHERE nid = %s", (q, int(nid)))
+
+    def update_q_values(self, rows: Iterable[tuple[float, int]]) -> None:
+        rows = list(rows)
+        if rows:
+            self._x("UPDATE chunks c SET q_value = t.q FROM unnest(%s::float8[], %s::bigint[]) AS t(q, nid) "
+                    "WHERE c.nid = t.nid", ([float(r[0]) for r in rows], [int(r[1]) for r in rows]))
+
+    # ------------------------------------------------------------------ edges: reads
+    def edge_rows_by_ids(self, edge_ids: Sequence[str]) -> list[EdgeRow]:
+        rows = self.query(f"SELECT {EDGE_COLS} FROM {EDGE_FROM} WHERE e.id = ANY(%s)", (list(edge_ids),))
+        return [EdgeRow._make(r) for r in rows]
+
+    def edge_row(self, edge_id: str) -> EdgeRow | None:
+        rows = self.query(f"SELECT {EDGE_COLS} FROM {EDGE_FROM} WHERE e.id = %s", (edge_id,))
+        return EdgeRow._make(rows[0]) if rows else None
+
+    def edge_rows(self, *, nid: int | None = None, valid_only: bool = True,
+                  direction: str = "both") -> list[EdgeRow]:
+        conds: list[str] = []
+        params: list[Any] = []
+        if nid is not None:
+            if direction == "out":
+                conds.append("e.src = %s")
+                params.append(int(nid))
+            elif direction == "in":
+                conds.append("e.dst = %s")
+                params.append(int(nid))
+            else:
+                conds.append("(e.src = %s OR e.dst = %s)")
+                params += [int(nid), int(nid)]
+        if valid_only:
+            conds.append("e.valid_to IS NULL")
+        where = (" WHERE " + " AND ".join(conds)) if conds else ""
+        return [EdgeRow._make(r) for r in self.query(f"SELECT {EDGE_COLS} FROM {EDGE_FROM}{where} ORDER BY e.eid",
+                                                     params)]
+
+    def edge_ids(self, eids: Sequence[int]) -> dict[int, str]:
+        return dict(self.query("SELECT eid, id FROM edges WHERE eid = ANY(%s)", ([int(e) for e in eids],)))
+
+    def edge_judge_rows(self, eids: Sequence[int]) -> dict[int, JudgeEdgeRow]:
+        rows = self.query(
+            "SELECT eid, id, relation, confidence, source, polarity, task_tag, discovered_at, subtype, src, dst "
+            "FROM edges WHERE eid = ANY(%s)", ([int(e) for e in eids],))
+        return {r[0]: JudgeEdgeRow._make(r[1:]) for r in rows}
+
+    def negative_excitatory_out_edges(self, srcs: Sequence[int]) -> dict[int, list[OutEdge]]:
+        out: dict[int, list[OutEdge]] = {}
+        for eid, eid_s, src, dst in self.query(
+                "SELECT eid, id, src, dst FROM edges WHERE src = ANY(%s) AND valid_to IS NULL AND "
+                "relation IN ('caused', 'enabled') AND polarity = 'negative' ORDER BY eid",
+                (sorted({int(s) for s in srcs}),)):
+            out.setdefault(src, []).append(OutEdge(eid, eid_s, dst))
+        return out
+
+    def chain_out_edges(self, srcs: Sequence[int]) -> list[ChainEdge]:
+        return [ChainEdge._make(r) for r in self.query(
+            "SELECT src, dst, relation, confidence, polarity FROM edges WHERE src = ANY(%s) AND "
+            "valid_to IS NULL AND relation NOT IN ('no_effect', 'temporal') ORDER BY eid", ([int(s) for s in srcs],))]
+
+    def task_tag_nodes(self, task_tag: str) -> list[int]:
+        return [r[0] for r in self.query(
+            "SELECT src FROM edges WHERE task_tag = %s AND valid_to IS NULL UNION "
+            "SELECT dst FROM edges WHERE task_tag = %s AND valid_to IS NULL", (task_tag, task_tag))]
+
+    def edges_between(self, a: Sequence[int], b: Sequence[int]) -> list[PathEdge]:
+        a, b = [int(x) for x in a], [int(x) for x in b]
+        if not a or not b:
+            return []
+        return [PathEdge._make(r) for r in self.query(
+            f"SELECT e.src, e.dst, e.relation, e.confidence, e.id, s.id, d.id FROM {EDGE_FROM} "
+            "WHERE e.valid_to IS NULL AND ((e.src = ANY(%s) AND e.dst = ANY(%s)) OR "
+            "(e.dst = ANY(%s) AND e.src = ANY(%s))) ORDER BY e.eid", (a, b, a, b))]
+
+    def superseded_chunks(self, nids: Sequence[int]) -> dict[int, str]:
+        ids = [int(n) for n in nids]
+        out: dict[int, str] = {}
+        rows = self.query(
+            "SELECT e.dst, d.id FROM edges e JOIN edges n ON n.id = e.superseded_by "
+            "JOIN chunks d ON d.nid = n.dst WHERE e.dst = ANY(%s) AND e.valid_to IS NULL "
+            "AND e.superseded_by IS NOT NULL AND n.dst <> e.dst AND n.relation <> 'meta' "
+            "UNION ALL SELECT e.dst, s.id FROM edges e JOIN chunks s ON s.nid = e.src "
+            "WHERE e.dst = ANY(%s) AND e.valid_to IS NULL AND e.subtype IN ('invalidates', 'supersedes') "
+            "AND s.valid_to IS NULL", (ids, ids))
+        for nid, by in rows:
+            out.setdefault(nid, by)
+        return out
+
+    def tagged_edge_rows(self) -> list[TaggedEdgeRow]:
+        return [TaggedEdgeRow._make(r) for r in self.query(
+            "SELECT src, dst, discovered_at, task_tag FROM edges WHERE valid_to IS NULL AND task_tag IS NOT NULL "
+            "AND relation IN ('caused', 'enabled', 'prevented') ORDER BY eid")]
+
+    def has_new_tagged_decisions(self, since: float) -> bool:
+        if since == float("-inf"):
+            since = -1e308
+        return bool(self.query(
+            "SELECT 1 FROM edges e JOIN chunks s ON s.nid = e.src WHERE e.valid_to IS NULL AND e.task_tag IS NOT NULL "
+            "AND e.relation IN ('caused', 'enabled', 'prevented') AND (e.discovered_at > %s OR s.created_at > %s) "
+            "LIMIT 1", (since, since)))
+
+    def _copy_binary(self, sql: str) -> bytes:
+        buf = bytearray()
+        with self.conn.cursor() as cur:
+            with cur.copy(f"COPY ({sql}) TO STDOUT (FORMAT BINARY)") as cp:
+                for block in cp:
+                    buf += block
+        return bytes(buf)
+
+    @staticmethod
+    def _rows_of(data: bytes, dtype: np.dtype) -> np.ndarray:
+        body = data[_COPY_HEADER:-2] if len(data) >= _COPY_HEADER + 2 else b""
+        if len(body) % dtype.itemsize:
+            raise StoreError("unexpected binary COPY layout from the server")
+        return np.frombuffer(body, dtype=dtype)
+
+    def projection_arrays(self) -> dict[str, Any]:
+        with self._lock, self._snapshot():
+            try:
+                max_nid = self.conn.execute("SELECT COALESCE(MAX(nid), 0) FROM chunks").fetchone()[0]
+                raw = self._rows_of(self._copy_binary(
+                    "SELECT eid, src, dst, rel_code, confidence FROM edges WHERE valid_to IS NULL"), _PROJ_ROW)
+                raw_co = self._rows_of(self._copy_binary("SELECT a, b, weight FROM cooccurrence"), _CO_ROW)
+            except psycopg.Error as exc:
+                raise self._store_error(exc, "reading the graph") from exc
+        arr = np.empty(len(raw), dtype=PROJECTION_EDGE_DTYPE)
+        arr["eid"] = raw["eid"]
+        arr["src"] = raw["src"]
+        arr["dst"] = raw["dst"]
+        arr["rel"] = raw["rel"]
+        arr["conf"] = raw["conf"]
+        co = np.empty(len(raw_co), dtype=PROJECTION_CO_DTYPE)
+        co["a"] = raw_co["a"]
+        co["b"] = raw_co["b"]
+        co["w"] = raw_co["w"]
+        return {"n_nodes": int(max_nid) + 1, "edges": arr, "co": co}
+
+    def sleep_edge_arrays(self, *, relations: Sequence[str] | None = None) -> np.ndarray:
+        sql, params = _SLEEP_EDGE_SELECT, []
+        if relations:
+            sql += " AND relation = ANY(%s)"
+            params = [list(relations)]
+        rows = self.query(sql + " ORDER BY eid", params)
+        return np.fromiter(rows, dtype=EDGE_DTYPE, count=len(rows))
+
+    # ------------------------------------------------------------------ edges: writes
+    def insert_edge(self, *, src: int, dst: int, relation: Relation, subtype: str | None, confidence: float,
+                    source: str, polarity: str | None, task_tag: str | None, event_time: float | None,
+                    discovered_at: float, polarity_origin: str | None = None) -> tuple[int, str]:
+        eid_str = new_id()
+        eid = self._next_key("edges", "eid")
+        self._x(
+            "INSERT INTO edges (eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, "
+            "polarity_origin, task_tag, event_time, discovered_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            (eid, eid_str, int(src), int(dst), relation.value, relation.code, subtype, confidence, source, polarity,
+             polarity_origin or ("unknown" if polarity is None else "given"), task_tag, event_time, discovered_at))
+        return eid, eid_str
+
+    def insert_edges_bulk(self, rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, str]]:
+        if not rows:
+            return []
+        base = self._next_key("edges", "eid") - 1
+        ids = new_ids(len(rows))
+        self._copy_in(
+            "edges", "eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, polarity_origin, "
+            "task_tag, event_time, discovered_at",
+            ((base + 1 + i, ids[i], int(r["src"]), int(r["dst"]), r["relation"].value, r["relation"].code,
+              r.get("subtype"), r["confidence"], r["source"], r.get("polarity"),
+              r.get("polarity_origin") or ("unknown" if r.get("polarity") is None else "given"),
+              r.get("task_tag"), r.get("event_time"), r["discovered_at"]) for i, r in enumerate(rows)))
+        return [(base + 1 + i, ids[i]) for i in range(len(rows))]
+
+    def set_edge_invalid(self, eid: int, now: float, reason: str | None, superseded_by: str | None = None) -> None:
+        self._x("UPDATE edges SET valid_to = %s, invalid_reason = %s, superseded_by = COALESCE(%s, superseded_by) "
+                "WHERE eid = %s", (now, reason, superseded_by, int(eid)))
+
+    def restore_edge(self, eid: int) -> None:
+        self._x("UPDATE edges SET valid_to = NULL, invalid_reason = NULL, superseded_by = NULL WHERE eid = %s",
+                (int(eid),))
+
+    def update_edge_confidences(self, rows: Iterable[tuple[float, int]]) -> None:
+        rows = list(rows)
+        if rows:
+            self._x("UPDATE edges e SET confidence = t.c FROM unnest(%s::float8[], %s::bigint[]) AS t(c, eid) "
+                    "WHERE e.eid = t.eid", ([float(r[0]) for r in rows], [int(r[1]) for r in rows]))
+
+    def retire_edges(self, rows: Iterable[tuple[float, str, float, int]]) -> None:
+        rows = list(rows)
+        if rows:
+            self._x("UPDATE edges e SET valid_to = t.v, invalid_reason = t.r, confidence = t.c "
+                    "FROM unnest(%s::float8[], %s::text[], %s::float8[], %s::bigint[]) AS t(v, r, c, eid) "
+                    "WHERE e.eid = t.eid AND e.valid_to IS NULL",
+                    ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [int(r[3]) for r in rows]))
+
+    def annotate_superseded(self, rows: Iterable[tuple[str, int]]) -> int:
+        n = 0
+        for by, eid in rows:
+            n += self._x("UPDATE edges SET superseded_by = %s WHERE eid = %s AND valid_to IS NULL "
+                         "AND superseded_by IS NULL", (by, int(eid))).rowcount
+        return n
+
+    def retire_superseded(self, rows: Iterable[tuple[float, str, str, int]]) -> int:
+        n = 0
+        for v, reason, by, eid in rows:
+            n += self._x("UPDATE edges SET valid_to = %s, invalid_reason = %s, superseded_by = %s "
+                         "WHERE eid = %s AND valid_to IS NULL", (v, reason, by, int(eid))).rowcount
+        return n
+
+    # ------------------------------------------------------------------ repeated evidence
+    def valid_edges_for_pairs(self, keys: Sequence[tuple[int, int, str, str | None]]) -> dict[tuple, EvidenceEdge]:
+        out: dict[tuple, EvidenceEdge] = {}
+        wanted = set(keys)
+        if not wanted:
+            return out
+        srcs = sorted({int(k[0]) for k in wanted})
+        for row in self.query(
+                "SELECT eid, id, src, dst, relation, subtype, confidence, evidence, polarity, polarity_origin "
+                "FROM edges WHERE src = ANY(%s) AND valid_to IS NULL ORDER BY eid", (srcs,)):
+            e = EvidenceEdge._make(row)
+            key = (e.src, e.dst, e.relation, e.subtype)
+            if key in wanted:
+                out.setdefault(key, e)
+        return out
+
+    def add_edge_evidence(self, rows: Iterable[tuple[float, int, str | None, str | None, int]]) -> None:
+        self._many(
+            "UPDATE edges SET confidence = %s, evidence = evidence + %s, "
+            "polarity = COALESCE(%s, polarity), polarity_origin = COALESCE(%s, polarity_origin) WHERE eid = %s",
+            [(c, n, p, o if p is not None else None, int(e)) for c, n, p, o, e in rows])
+
+    # ------------------------------------------------------------------ purge, export, import
+    def purge_chunks(self, nids: Sequence[int]) -> int:
+        """Delete the chunks and everything derived from them (see the SQLite backend); the rows are
+        gone for every reader at commit, ``compact()`` then rewrites the tables (``VACUUM FULL``)."""
+        ids = sorted({int(n) for n in nids})
+        if not ids:
+            return 0
+        top_nid = self.conn.execute("SELECT COALESCE(MAX(nid), 0) FROM chunks").fetchone()[0]
+        top_eid = self.conn.execute("SELECT COALESCE(MAX(eid), 0) FROM edges").fetchone()[0]
+        for key, top in (("purged_max_nid", top_nid), ("purged_max_eid", top_eid)):
+            self._x("INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET "
+                    "value = GREATEST(meta.value::bigint, EXCLUDED.value::bigint)::text", (key, str(int(top))))
+        edge_ids = [r[0] for r in self.conn.execute(
+            "SELECT id FROM edges WHERE src = ANY(%s) OR dst = ANY(%s)", (ids, ids)).fetchall()]
+        if edge_ids:
+            self._x("UPDATE edges SET superseded_by = NULL WHERE superseded_by = ANY(%s)", (edge_ids,))
+            for eid in edge_ids:
+                self._x("DELETE FROM meta WHERE key LIKE %s", (f"judged:%{eid}%",))
+        self._x("DELETE FROM edges WHERE src = ANY(%s) OR dst = ANY(%s)", (ids, ids))
+        self._x("DELETE FROM cooccurrence WHERE a = ANY(%s) OR b = ANY(%s)", (ids, ids))
+        self._x("DELETE FROM facts WHERE nid = ANY(%s)", (ids,))
+        self._x("DELETE FROM embeddings WHERE nid = ANY(%s)", (ids,))
+        self._x("DELETE FROM chunk_history WHERE nid = ANY(%s)", (ids,))
+        return int(self._x("DELETE FROM chunks WHERE nid = ANY(%s)", (ids,)).rowcount)
+
+    def compact(self) -> bool:
+        """``VACUUM FULL`` of the memory's tables, so deleted rows leave the table files (outside
+        transactions). The server's write-ahead log keeps them until its next checkpoint recycles
+        it; returns False when this role may not run ``CHECKPOINT`` to hasten that."""
+        with self._lock:
+            self._ensure_open()
+            if self._depth:
+                raise RuntimeError("compact() cannot run inside a transaction")
+            try:
+                self.conn.execute("VACUUM (FULL) chunks, edges, cooccurrence, facts, embeddings, chunk_history, meta")
+            except psycopg.Error as exc:
+                raise self._store_error(exc, "compacting after a purge") from exc
+            try:
+                self.conn.execute("CHECKPOINT")
+            except psycopg.Error:
+                return False
+            return True
+
+    def export_records(self, *, vectors: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
+        with self._lock, self._snapshot():
+            for key, value in self.conn.execute("SELECT key, value FROM meta ORDER BY key").fetchall():
+                if not key.startswith("purged_max_"):
+                    yield "meta", {"key": key, "value": value}
+            for row in self.conn.execute(f"SELECT {CHUNK_COLS} FROM chunks ORDER BY nid").fetchall():
+                c = ChunkRow._make(row)
+                yield "chunk", {
+                    "id": c.id, "text": c.text, "kind": c.kind, "q_value": c.q_value, "importance": c.importance,
+                    "created_at": c.created_at, "event_time": c.event_time, "user_id": c.user_id,
+                    "agent_id": c.agent_id, "run_id": c.run_id, "session_id": c.session_id,
+                    "metadata": json.loads(c.metadata) if c.metadata else {}, "access_count": c.access_count,
+                    "last_accessed_at": c.last_accessed_at, "valid_to": c.valid_to}
+            for cid, event, old, new, at in self.conn.execute(
+                    "SELECT c.id, h.event, h.old_text, h.new_text, h.at FROM chunk_history h "
+                    "JOIN chunks c ON c.nid = h.nid ORDER BY h.hid").fetchall():
+                yield "history", {"chunk": cid, "event": event, "old_text": old, "new_text": new, "at": at}
+            keys = ("id", "src", "dst", "relation", "subtype", "confidence", "source", "polarity", "polarity_origin",
+                    "evidence", "task_tag", "event_time", "discovered_at", "valid_to", "invalid_reason",
+                    "superseded_by")
+            for row in self.conn.execute(
+                    "SELECT e.id, s.id, d.id, e.relation, e.subtype, e.confidence, e.source, e.polarity, "
+                    "e.polarity_origin, e.evidence, e.task_tag, e.event_time, e.discovered_at, e.valid_to, "
+                    f"e.invalid_reason, e.superseded_by FROM {EDGE_FROM} ORDER BY e.eid").fetchall():
+                yield "edge", dict(zip(keys, row))
+            for a, b, w, hits, upd in self.conn.execute(
+                    "SELECT ca.id, cb.id, o.weight, o.hits, o.updated_at FROM cooccurrence o "
+                    "JOIN chunks ca ON ca.nid = o.a JOIN chunks cb ON cb.nid = o.b ORDER BY o.a, o.b").fetchall():
+                yield "cooccurrence", {"a": a, "b": b, "weight": w, "hits": hits, "updated_at": upd}
+            fact_keys = ("key", "value", "chunk", "user_id", "agent_id", "run_id", "confidence", "created_at",
+                         "valid_to")
+            for row in self.conn.execute(
+                    "SELECT f.key, f.value, c.id, f.user_id, f.agent_id, f.run_id, f.confidence, f.created_at, "
+                    "f.valid_to FROM facts f JOIN chunks c ON c.nid = f.nid ORDER BY f.fid").fetchall():
+                yield "fact", dict(zip(fact_keys, row))
+            if vectors:
+                for cid, model, dim, th, vec in self.conn.execute(
+                        "SELECT c.id, e.model, e.dim, e.text_hash, e.vector FROM embeddings e "
+                        "JOIN chunks c ON c.nid = e.nid ORDER BY e.nid").fetchall():
+                    yield "embedding", {"chunk": cid, "model": model, "dim": dim, "text_hash": th,
+                                        "vector": bytes(vec)}
+
+    def existing_ids(self, ids: Sequence[str], kind: str) -> set[str]:
+        table = {"chunk": "chunks", "edge": "edges"}[kind]
+        return {r[0] for r in self.query(f"SELECT id FROM {table} WHERE id = ANY(%s)", (list(ids),))}
+
+    def import_records(self, records: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, int]:
+        nid_base = self._next_key("chunks", "nid") - 1
+        nid_of = {c["id"]: nid_base + 1 + i for i, c in enumerate(records.get("chunk", ()))}
+        self._copy_in(
+            "chunks", "nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, access_count, "
+            "last_accessed_at, user_id, agent_id, run_id, session_id, metadata, valid_to",
+            ((nid_of[c["id"]], c["id"], c["text"], text_hash(c["text"]), c["kind"], c["created_at"], c["event_time"],
+              c["q_value"], c["importance"], c["access_count"], c["last_accessed_at"], c["user_id"], c["agent_id"],
+              c["run_id"], c["session_id"], c["metadata"] if isinstance(c["metadata"], str)
+              else json.dumps(c["metadata"], ensure_ascii=False), c["valid_to"])
+             for c in records.get("chunk", ())))
+        self._many("INSERT INTO chunk_history (nid, event, old_text, new_text, at) VALUES (%s,%s,%s,%s,%s)",
+                   [(nid_of[h["chunk"]], h["event"], h["old_text"], h["new_text"], h["at"])
+                    for h in records.get("history", ())])
+        eid_base = self._next_key("edges", "eid") - 1
+        self._copy_in(
+            "edges", "eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, polarity_origin, "
+            "evidence, task_tag, event_time, discovered_at, valid_to, invalid_reason, superseded_by",
+            ((eid_base + 1 + i, e["id"], nid_of[e["src"]], nid_of[e["dst"]], e["relation"].value, e["relation"].code,
+              e["subtype"], e["confidence"], e["source"], e["polarity"], e["polarity_origin"], e["evidence"],
+              e["task_tag"], e["event_time"], e["discovered_at"], e["valid_to"], e["invalid_reason"],
+              e["superseded_by"]) for i, e in enumerate(records.get("edge", ()))))
+        co = []
+        for o in records.get("cooccurrence", ()):
+            a, b = nid_of[o["a"]], nid_of[o["b"]]
+            co.append((min(a, b), max(a, b), o["weight"], o["hits"], o["updated_at"]))
+        self._many("INSERT INTO cooccurrence (a, b, weight, hits, updated_at) VALUES (%s,%s,%s,%s,%s)", co)
+        self._many(
+            "INSERT INTO facts (key, value, nid, user_id, agent_id, run_id, confidence, created_at, valid_to) "
+            "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            [(f["key"], f["value"], nid_of[f["chunk"]], f["user_id"], f["agent_id"], f["run_id"], f["confidence"],
+              f["created_at"], f["valid_to"]) for f in records.get("fact", ())])
+        self.put_embeddings((nid_of[v["chunk"]], v["model"], v["dim"], v["text_hash"], v["vector"])
+                            for v in records.get("embedding", ()))
+        self._many(_META_UPSERT, [(m["key"], m["value"]) for m in records.get("meta", ())
+                                  if not m["key"].startswith("purged_max_")])
+        return {k: len(v) for k, v in records.items()}
+
+    def scoped_counts(self, filters: Mapping[str, str | None]) -> dict[str, int]:
+        conds, params = [], []
+        for k, v in filters.items():
+            if k not in ("user_id", "agent_id", "run_id"):
+                raise ValueError(f"unknown scope filter {k!r}")
+            conds.append(f"c.{k} = %s" if v is not None else f"c.{k} IS NULL")
+            if v is not None:
+                params.append(v)
+        where = " AND ".join(conds) or "TRUE"
+        row = self.query(
+            f"SELECT (SELECT COUNT(*) FROM chunks c WHERE {where} AND c.valid_to IS NULL), "
+            f"(SELECT COUNT(*) FROM chunks c WHERE {where}), "
+            f"(SELECT COUNT(*) FROM edges e JOIN chunks c ON c.nid = e.src WHERE {where} AND e.valid_to IS NULL), "
+            f"(SELECT COUNT(*) FROM edges e JOIN chunks c ON c.nid = e.src WHERE {where}), "
+            f"(SELECT COUNT(*) FROM cooccurrence o JOIN chunks c ON c.nid = o.a WHERE {where}), "
+            f"(SELECT COUNT(*) FROM facts f JOIN chunks c ON c.nid = f.nid WHERE {where} AND f.valid_to IS NULL), "
+            f"(SELECT COUNT(*) FROM embeddings m JOIN chunks c ON c.nid = m.nid WHERE {where})", params * 7)[0]
+        keys = ("chunks", "chunks_total", "edges", "edges_total", "cooccurrence", "facts", "embeddings")
+        return {k: int(v) for k, v in zip(keys, row)}
+
+    # ------------------------------------------------------------------ co-occurrence (Hebbian)
+    def cooccurrence_weights(self, nids: Sequence[int]) -> dict[tuple[int, int], float]:
+        ids = [int(n) for n in nids]
+        if len(ids) < 2:
+            return {}
+        rows = self.query("SELECT a, b, weight FROM cooccurrence WHERE a = ANY(%s) AND b = ANY(%s)", (ids, ids))
+        return {(a, b): w for a, b, w in rows}
+
+    def cooccurrence_row(self, a: int, b: int) -> CooccurrenceRow | None:
+        a, b = (int(a), int(b)) if a < b else (int(b), int(a))
+        rows = self.query("SELECT a, b, weight, hits, updated_at FROM cooccurrence WHERE a = %s AND b = %s", (a, b))
+        return CooccurrenceRow._make(rows[0]) if rows else None
+
+    def cooccurrence_between(self, a: Sequence[int], b: Sequence[int]) -> list[CooccurrencePair]:
+        a, b = [int(x) for x in a], [int(x) for x in b]
+        if not a or not b:
+            return []
+        return [CooccurrencePair._make(r) for r in self.query(
+            "SELECT a, b, weight FROM cooccurrence WHERE (a = ANY(%s) AND b = ANY(%s)) OR "
+            "(b = ANY(%s) AND a = ANY(%s)) ORDER BY a, b", (a, b, a, b))]
+
+    def upsert_cooccurrence(self, rows: Sequence[tuple[int, int, float, float]]) -> None:
+        self._many(
+            "INSERT INTO cooccurrence (a, b, weight, hits, updated_at) VALUES (%s, %s, %s, 1, %s) "
+            "ON CONFLICT (a, b) DO UPDATE SET weight = EXCLUDED.weight, hits = cooccurrence.hits + 1, "
+            "updated_at = EXCLUDED.updated_at", [(int(a), int(b), w, t) for a, b, w, t in rows])
+
+    def sleep_cooccurrence_arrays(self) -> np.ndarray:
+        rows = self.query("SELECT a, b, weight, updated_at FROM cooccurrence ORDER BY a, b")
+        return np.fromiter(rows, dtype=COOC_DTYPE, count=len(rows))
+
+    def set_cooccurrence_weights(self, rows: Iterable[tuple[float, int, int]]) -> None:
+        rows = list(rows)
+        if rows:
+            self._x("UPDATE cooccurrence o SET weight = t.w FROM unnest(%s::float8[], %s::bigint[], %s::bigint[]) "
+                    "AS t(w, a, b) WHERE o.a = t.a AND o.b = t.b",
+                    ([float(r[0]) for r in rows], [int(r[1]) for r in rows], [int(r[2]) for r in rows]))
+
+    def delete_cooccurrence(self, rows: Iterable[tuple[int, int]]) -> None:
+        rows = list(rows)
+        if rows:
+            self._x("DELETE FROM cooccurrence o USING unnest(%s::bigint[], %s::bigint[]) AS t(a, b) "
+                    "WHERE o.a = t.a AND o.b = t.b", ([int(r[0]) for r in rows], [int(r[1]) for r in rows]))
+
+    # ------------------------------------------------------------------ facts
+    def insert_fact(self, *, key: str, value: str, nid: int, user_id: str | None, agent_id: str | None,
+                    run_id: str | None, confidence: float, now: float) -> int:
+        return int(self._x(
+            "INSERT INTO facts (key, value, nid, user_id, agent_id, run_id, confidence, created_at) "
+            "VALUES (%s,%s,%s,%s,%s,%s,%s,%s) RETURNING fid",
+            (key, value, int(nid), user_id, agent_id, run_id, confidence, now)).fetchone()[0])
+
+    def facts_with_key(self, key: str, user_id: str | None, agent_id: str | None,
+                       run_id: str | None) -> list[FactRow]:
+        return [FactRow._make(r) for r in self.query(
+            f"SELECT fid, nid, value FROM facts WHERE key = %s AND {_SCOPE} AND valid_to IS NULL ORDER BY fid",
+            (key, user_id, agent_id, run_id))]
+
+    def retire_fact(self, fid: int, now: float) -> None:
+        self._x("UPDATE facts SET valid_to = %s WHERE fid = %s", (now, int(fid)))
+
+    # ------------------------------------------------------------------ embeddings
+    def embeddings_for(self, model: str) -> Iterator[StoredVector]:
+        rows = self.query(
+            "SELECT e.nid, e.text_hash, e.vector FROM embeddings e JOIN chunks c ON c.nid = e.nid "
+            "WHERE e.model = %s AND c.valid_to IS NULL AND e.text_hash = c.text_hash ORDER BY e.nid", (model,))
+        for nid, th, vec in rows:
+            yield StoredVector(nid, th, bytes(vec))
+
+    def embeddings_of(self, nids: Sequence[int], model: str) -> list[tuple[int, bytes]]:
+        return [(nid, bytes(v)) for nid, v in self.query(
+            "SELECT e.nid, e.vector FROM embeddings e JOIN chunks c ON c.nid = e.nid WHERE e.nid = ANY(%s) "
+            "AND e.model = %s AND e.text_hash = c.text_hash ORDER BY e.nid", ([int(n) for n in nids], model))]
+
+    def chunks_missing_embedding(self, model: str, *, limit: int | None = None,
+                                 after_nid: int = 0) -> list[tuple[int, str]]:
+        return self.query(
+            "SELECT c.nid, c.text FROM chunks c LEFT JOIN embeddings e ON e.nid = c.nid "
+            "WHERE c.nid > %s AND c.valid_to IS NULL "
+            "AND (e.nid IS NULL OR e.model <> %s OR e.text_hash <> c.text_hash) "
+            "ORDER BY c.nid LIMIT %s", (int(after_nid), model, None if limit is None else int(limit)))
+
+    def has_embeddings(self, model: str) -> bool:
+        return bool(self._one("SELECT EXISTS (SELECT 1 FROM embeddings WHERE model = %s)", (model,)))
+
+    def embedding_backlog(self, model: str) -> tuple[int, int]:
+        row = self.query(
+            "SELECT COUNT(*), COUNT(e.nid) FROM chunks c LEFT JOIN embeddings e ON e.nid = c.nid "
+            "AND e.model = %s AND e.text_hash = c.text_hash WHERE c.valid_to IS NULL", (model,))[0]
+        return int(row[0]), int(row[1])
+
+    def put_embeddings(self, rows: Iterable[EmbeddingRow | tuple[int, str, int, int, bytes]]) -> None:
+        latest: dict[int, tuple] = {}
+        for r in rows:  # one row per nid (the last wins), as INSERT OR REPLACE would leave it
+            latest[int(r[0])] = (int(r[0]), r[1], int(r[2]), int(r[3]), bytes(r[4]))
+        self._many(
+            "INSERT INTO embeddings (nid, model, dim, text_hash, vector) VALUES (%s,%s,%s,%s,%s) "
+            "ON CONFLICT (nid) DO UPDATE SET model = EXCLUDED.model, dim = EXCLUDED.dim, "
+            "text_hash = EXCLUDED.text_hash, vector = EXCLUDED.vector", list(latest.values()))
+
+    # ------------------------------------------------------------------ sleep bookkeeping
+    def judged_pairs(self) -> set[str]:
+        return {r[0] for r in self.query("SELECT key FROM meta WHERE key LIKE %s", ("judged:%",))}
+
+    def remember_judged(self, keys: Iterable[str], verdict: str = "decided") -> None:
+        self._many(_META_UPSERT, [(k, verdict) for k in dict.fromkeys(keys)])

@@ -1,0 +1,340 @@
+"""PostgreSQL backend on a real throwaway cluster (tests/pg_cluster.py): selection, schema
+guarantees, several processes ("hosts") on one memory, binary COPY projection, backup.
+
+The rest of the suite runs on PostgreSQL too with ``CAUSALMEM_TEST_BACKEND=postgres`` (.ci/run).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+psycopg = pytest.importorskip("psycopg")
+
+from causalmem import Memory  # noqa: E402
+from causalmem.errors import SchemaVersionError, StoreError  # noqa: E402
+from causalmem.store import SQLiteStore, open_store  # noqa: E402
+from causalmem.store.postgres import PostgresStore, RetryableStoreError, split_dsn  # noqa: E402
+
+WORKER = str(Path(__file__).resolve().parent / "pg_worker.py")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env.pop("CAUSALMEM_TEST_BACKEND", None)  # the worker opens the DSN it is given, nothing mapped
+    return env
+
+
+def _admin(pg_dsn):
+    conninfo, schema = split_dsn(pg_dsn)
+    return psycopg.connect(conninfo, autocommit=True), schema
+
+
+# ---------------------------------------------------------------- selection
+def test_a_dsn_selects_postgres_and_a_path_keeps_sqlite(pg_dsn, tmp_path):
+    with Memory(pg_dsn, embedder=None) as mem:
+        assert isinstance(mem._store, PostgresStore)
+        mem.record_decision("deploy without tests", "production crash")
+        assert [a.text for a in mem.search_causal("deploy without tests")] == ["production crash"]
+        assert mem.stats()["schema_version"] == 2
+    assert isinstance(open_store(tmp_path / "m.db"), SQLiteStore)
+    assert isinstance(open_store(":memory:"), SQLiteStore)
+
+
+def test_backend_argument_checks_the_target(pg_dsn, tmp_path):
+    assert isinstance(open_store(pg_dsn, backend="postgres"), PostgresStore)
+    with pytest.raises(ValueError, match="postgresql://"):
+        open_store(tmp_path / "m.db", backend="postgres")
+    with pytest.raises(ValueError, match="sqlite"):
+        open_store(pg_dsn, backend="sqlite")
+    with pytest.raises(ValueError, match="backend"):
+        open_store(pg_dsn, backend="mysql")
+
+
+def test_password_is_not_shown_and_bad_schema_name_is_refused(pg_database):
+    with pytest.raises(ValueError, match="schema"):
+        PostgresStore(pg_database + "&schema=bad-name; drop")
+    from causalmem.store.postgres import redact
+
+    shown = redact("postgresql://u:secret@db.example:5432/x")
+    assert "secret" not in shown and "db.example" in shown
+    with pytest.raises(StoreError) as err:
+        PostgresStore("postgresql://u:secret@127.0.0.1:1/x", connect_timeout_s=1)
+    assert "secret" not in str(err.value)
+
+
+def test_unreachable_server_is_a_store_error():
+    with pytest.raises(StoreError, match="cannot connect"):
+        PostgresStore("postgresql://nobody@127.0.0.1:1/none", connect_timeout_s=1)
+
+
+# ---------------------------------------------------------------- schema guarantees
+def test_newer_schema_is_refused_untouched(pg_dsn):
+    Memory(pg_dsn, embedder=None).close()
+    conn, schema = _admin(pg_dsn)
+    with conn:
+        conn.execute(f"UPDATE {schema}.causalmem_state SET schema_version = 99")
+        state = conn.execute(f"SELECT * FROM {schema}.causalmem_state").fetchall()
+        with pytest.raises(SchemaVersionError, match="99"):
+            Memory(pg_dsn, embedder=None)
+        assert conn.execute(f"SELECT * FROM {schema}.causalmem_state").fetchall() == state
+
+
+def test_another_applications_schema_is_refused_untouched(pg_dsn):
+    conn, schema = _admin(pg_dsn)
+    with conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"CREATE TABLE {schema}.orders (id int)")
+        with pytest.raises(StoreError, match="another application"):
+            Memory(pg_dsn, embedder=None)
+        tables = {r[0] for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,))}
+        assert tables == {"orders"}
+
+
+def test_read_only_open(pg_dsn):
+    with pytest.raises(StoreError, match="creates nothing"):
+        Memory(pg_dsn, embedder=None, read_only=True)
+    with Memory(pg_dsn, embedder=None) as mem:
+        mem.record_decision("a", "b")
+    with Memory(pg_dsn, embedder=None, read_only=True) as ro:
+        assert [a.text for a in ro.search_causal("a")] == ["b"]
+        with pytest.raises(StoreError, match="read-only"):
+            ro.record_decision("c", "d")
+
+
+def test_one_transaction_per_batch_all_or_nothing(pg_dsn):
+    with Memory(pg_dsn, embedder=None) as mem:
+        with pytest.raises(ValueError):
+            mem.record_many([("ok decision", "ok outcome"), ("bad", "x", "not-a-relation")])
+        assert mem.stats()["edges"] == 0
+        before = mem._store.change_seq()
+        mem.record_many([(f"d{i}", f"o{i}") for i in range(50)])
+        assert mem._store.change_seq() == before + 1  # one write transaction
+        assert mem.stats()["edges"] == 50
+
+
+def test_scopes_are_isolated(pg_dsn):
+    with Memory(pg_dsn, embedder=None) as mem:
+        mem.record_decision("shared deploy", "alice outage", user_id="alice")
+        mem.record_decision("shared deploy", "bob outage", user_id="bob")
+        assert [a.text for a in mem.search_causal("shared deploy", user_id="alice")] == ["alice outage"]
+        assert mem.stats(user_id="bob")["edges"] == 1
+
+
+def test_two_memories_in_one_database_do_not_see_each_other(pg_database):
+    a = Memory(pg_database + "&schema=team_a_x1", embedder=None)
+    b = Memory(pg_database + "&schema=team_b_x1", embedder=None)
+    try:
+        a.record_decision("only in a", "a outcome")
+        assert b.search_causal("only in a") == []
+        assert b.stats()["edges"] == 0
+    finally:
+        a.close()
+        b.close()
+
+
+# ---------------------------------------------------------------- retries
+def test_deadlock_with_another_session_is_retried_inside(pg_dsn):
+    """Another application's session locks a chunk row, then waits for the memory's state row that
+    a causalmem write holds: the server breaks the deadlock by aborting one side; when it aborts
+    causalmem's transaction the public call runs again, so the caller only sees success."""
+    with Memory(pg_dsn, embedder=None) as mem:
+        edge = mem.record_decision("lock me", "then me")
+        conn, schema = _admin(pg_dsn)
+        conn.execute("SET deadlock_timeout = '20s'")  # the server's check runs on causalmem's side first
+        cid = edge.src
+        done = threading.Event()
+        other_error: list = []
+
+        def other() -> None:
+            try:
+                with conn.transaction():
+                    conn.execute(f"SELECT 1 FROM {schema}.chunks WHERE id = %s FOR UPDATE", (cid,))
+                    time.sleep(0.4)  # meanwhile causalmem takes the state row and waits for this chunk
+                    conn.execute(f"UPDATE {schema}.causalmem_state SET seq = seq")
+            except psycopg.Error as exc:
+                other_error.append(exc)
+            finally:
+                done.set()
+
+        t = threading.Thread(target=other)
+        t.start()
+        time.sleep(0.1)
+        q = mem.feedback(cid, 1.0)  # updates the locked chunk row inside its transaction
+        t.join(10)
+        conn.close()
+        assert done.is_set()
+        assert q > 0.5
+        assert mem.get(cid).q_value == pytest.approx(q)
+        # exactly one side was aborted by the deadlock detector, and it was not the caller's
+        assert len(other_error) <= 1
+
+
+def test_retryable_error_is_a_store_error():
+    assert issubclass(RetryableStoreError, StoreError)
+
+
+# ---------------------------------------------------------------- projection by COPY
+def test_projection_by_binary_copy_matches_the_rows(pg_dsn):
+    with Memory(pg_dsn, embedder=None) as mem:
+        edges = mem.record_many([(f"cause {i}", f"effect {i % 7}", "enabled" if i % 3 else "caused")
+                                 for i in range(200)])
+        mem.invalidate(edges[5].id)
+        arrays = mem._store.projection_arrays()
+        rows = mem._store.query("SELECT eid, src, dst, rel_code, confidence FROM edges WHERE valid_to IS NULL "
+                                "ORDER BY eid")
+        got = np.sort(arrays["edges"], order="eid")
+        assert len(got) == len(rows) == 199
+        assert got["eid"].tolist() == [r[0] for r in rows]
+        assert got["src"].tolist() == [r[1] for r in rows]
+        assert got["dst"].tolist() == [r[2] for r in rows]
+        assert got["rel"].tolist() == [r[3] for r in rows]
+        assert np.allclose(got["conf"], [r[4] for r in rows])
+        assert arrays["n_nodes"] == mem._store.query("SELECT MAX(nid) FROM chunks")[0][0] + 1
+
+
+# ---------------------------------------------------------------- several hosts
+class Worker:
+    def __init__(self, dsn: str) -> None:
+        self.p = subprocess.Popen([sys.executable, WORKER, "serve", dsn], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, env=_env())
+        assert self.ask_raw() == {"ready": True}
+
+    def ask_raw(self) -> dict:
+        assert self.p.stdout is not None
+        line = self.p.stdout.readline()
+        assert line, "worker died"
+        return json.loads(line)
+
+    def ask(self, **cmd) -> dict:
+        assert self.p.stdin is not None
+        self.p.stdin.write(json.dumps(cmd) + "\n")
+        self.p.stdin.flush()
+        out = self.ask_raw()
+        assert "error" not in out, out
+        return out
+
+    def close(self) -> None:
+        try:
+            self.ask(op="quit")
+        finally:
+            self.p.wait(10)
+
+
+def test_a_write_in_one_process_is_visible_to_the_next_query_in_another(pg_dsn):
+    mine = Memory(pg_dsn, embedder=None)
+    other = Worker(pg_dsn)
+    try:
+        mine.record_decision("warm the views", "views built")
+        assert mine.search_causal("warm the views")  # projection and indexes built here
+        assert other.ask(op="search_causal", query="warm the views")["texts"] == ["views built"]
+        for i in range(5):
+            # the other host writes; the very next query here sees it (graph and lexical channels)
+            other.ask(op="record", decision=f"rotate key {i}", outcome=f"sessions dropped {i}")
+            assert [a.text for a in mine.search_causal(f"rotate key {i}")] == [f"sessions dropped {i}"]
+            assert f"sessions dropped {i}" in [h.text for h in mine.search(f"sessions dropped {i}")]
+            # and the other way round
+            mine.record_decision(f"scale out {i}", f"latency fell {i}")
+            assert other.ask(op="search_causal", query=f"scale out {i}")["texts"] == [f"latency fell {i}"]
+        mine.invalidate(mine.edges()[0].id)
+        assert other.ask(op="search_causal", query="warm the views")["texts"] == []
+        assert other.ask(op="stats")["stats"]["edges"] == mine.stats()["edges"] == 10
+    finally:
+        other.close()
+        mine.close()
+
+
+def test_four_processes_write_and_search_for_20_seconds(pg_dsn):
+    Memory(pg_dsn, embedder=None).close()  # schema created once, before the race
+    seconds = float(os.environ.get("CAUSALMEM_PG_WORKLOAD_SECONDS", "20"))
+    procs = [subprocess.Popen([sys.executable, WORKER, "workload", pg_dsn, f"w{i}", str(seconds)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+             for i in range(4)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=seconds + 120)
+        assert p.returncode == 0, err[-2000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    for r in results:
+        assert r["errors"] == [], r["errors"][:3]
+        assert r["misses"] == 0  # each worker's own write was visible to its next query
+        assert r["written"] and r["searches"] >= len(r["written"])
+    written = [e for r in results for e in r["written"]]
+    assert len(written) == len(set(written))
+    with Memory(pg_dsn, embedder=None) as mem:
+        stored = {e.id for e in mem.edges(valid_only=False)}
+        assert set(written) <= stored  # no lost write
+        assert len(stored) == len(written)
+        assert mem._store.integrity_check() == "ok"
+        # the projection of a fresh process agrees with the rows
+        assert len(mem._store.projection_arrays()["edges"]) == len(written)
+
+
+def test_notify_wakes_a_listener_on_another_connection(pg_dsn):
+    a = PostgresStore(pg_dsn)
+    b = PostgresStore(pg_dsn)
+    try:
+        assert not b.wait_for_change(0.05)
+        got: list = []
+        t = threading.Thread(target=lambda: got.append(b.wait_for_change(10)))
+        t.start()
+        time.sleep(0.2)
+        with a.transaction():
+            a.set_meta("k", "v")
+        t.join(10)
+        assert got == [True]
+        assert b.get_meta("k") == "v"
+    finally:
+        a.close()
+        b.close()
+
+
+def test_data_version_changes_only_for_other_connections(pg_dsn):
+    a = PostgresStore(pg_dsn)
+    b = PostgresStore(pg_dsn)
+    try:
+        va, vb = a.data_version(), b.data_version()
+        with a.transaction():
+            a.set_meta("x", "1")
+        assert a.data_version() == va  # its own commit
+        assert b.data_version() != vb  # another connection's commit
+        seq = a.change_seq()
+        with b.transaction():
+            b.set_meta("x", "2")
+        assert a.change_seq() == seq + 1
+        assert a.data_version() != va
+    finally:
+        a.close()
+        b.close()
+
+
+# ---------------------------------------------------------------- backup: export works on both
+def test_export_from_postgres_imports_into_sqlite_and_back(pg_dsn, pg_database, tmp_path):
+    with Memory(pg_dsn, embedder=None) as mem:
+        mem.record_decision("deploy without tests", "production crash", polarity="negative")
+        mem.add("we moved the queue to redis", user_id="u1")
+        mem.add_fact("region", "eu-west", user_id="u1")
+        mem.feedback(mem.search("redis")[0].id, 0.5)
+        n = mem.export(tmp_path / "dump.jsonl")
+        before = mem.stats()
+    assert n > 0
+    with Memory(tmp_path / "copy.db", embedder=None) as lite:
+        lite.import_(tmp_path / "dump.jsonl")
+        after = lite.stats()
+        assert {k: after[k] for k in ("chunks", "edges", "facts")} == {k: before[k] for k in ("chunks", "edges",
+                                                                                              "facts")}
+        lite.export(tmp_path / "dump2.jsonl")
+    with Memory(pg_database + "&schema=restored_x1", embedder=None) as back:
+        back.import_(tmp_path / "dump2.jsonl")
+        assert [a.text for a in back.search_causal("deploy without tests")] == ["production crash"]
+        assert back.stats()["facts"] == 1
