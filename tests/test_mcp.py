@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -43,7 +44,9 @@ def _energies(acts):
 async def _session(db: Path, errlog) -> dict:
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "causalmem.mcp_server", "--db", str(db), "--no-semantic"], cwd=str(REPO),
-        env={"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+        env={"PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+             **{k: v for k, v in os.environ.items() if k.startswith("CAUSALMEM_TEST_")}})  # the PostgreSQL run
     seen: dict = {}
     with anyio.fail_after(SESSION_TIMEOUT):
         async with Client(stdio_client(params, errlog=errlog), read_timeout_seconds=CALL_TIMEOUT) as client:

@@ -20,8 +20,10 @@ from mcp import Client, StdioServerParameters, stdio_client  # noqa: E402
 from causalmem import Memory  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-ENV = {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-       "PATH": os.environ.get("PATH", "")}
+ENV = {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+       "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": os.environ.get("PATH", ""),
+       # the PostgreSQL run of the suite (tests/conftest.py): the server opens its --db there too
+       **{k: v for k, v in os.environ.items() if k.startswith("CAUSALMEM_TEST_")}}
 ALL_TOOLS = {"remember_decision", "search", "search_causal", "trace_cause", "what_if", "add_messages", "add_fact",
              "feedback", "get", "get_all", "update", "delete", "history", "invalidate", "link", "sleep", "stats"}
 HAVE_EXPORT = hasattr(Memory, "export")

@@ -78,6 +78,16 @@ def install(dsn: str | None = None) -> None:
         if backend is not None or st.is_dsn(target):
             return original(target, backend=backend, **kwargs)
         path = check_path(target)  # the same TypeError/ValueError as the SQLite backend
+        if path != ":memory:":
+            # the file stands for the memory: code that checks a path exists (the CLI's read-only
+            # commands, tests) sees it as it would see the SQLite file
+            if not os.path.exists(path):
+                if kwargs.get("read_only"):
+                    from causalmem.errors import StoreError
+
+                    raise StoreError(f"no database at {path!r} (read-only open creates nothing)")
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+                open(path, "ab").close()
         store = original(with_schema(dsn, schema_for(path)), **kwargs)
         store.path = path
         _adapt(store)
