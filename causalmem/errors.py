@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from typing import Any, Callable, ContextManager
 
 
@@ -18,6 +19,15 @@ class StoreError(CausalMemError):
     """The database file cannot be opened or is not a causalmem/SQLite database."""
 
 
+class RetryableStoreError(StoreError):
+    """The server rolled a whole transaction back (deadlock, serialization failure): the public
+    call is run again by the facade; a caller sees it only after every retry failed."""
+
+
+#: attempts of a public call whose transaction the server rolled back (``RetryableStoreError``)
+RETRIES = 5
+
+
 class LLMError(CausalMemError):
     """An OpenAI-compatible endpoint failed or answered something unusable."""
 
@@ -26,9 +36,14 @@ class ConfigurationError(CausalMemError, ValueError):
     """A feature was asked for that is not configured (e.g. infer=True without an LLM)."""
 
 
-def guard_public_methods(cls: type, guard: Callable[[Any], ContextManager[Any]]) -> type:
+def guard_public_methods(cls: type, guard: Callable[[Any], ContextManager[Any]],
+                         may_retry: Callable[[Any], bool] | None = None) -> type:
     """Run every public method of ``cls`` inside ``guard(self)`` (the facade: a raw backend error
-    such as disk full, a damaged page or a lock surfaces as a ``StoreError`` naming the file)."""
+    such as disk full, a damaged page or a lock surfaces as a ``StoreError`` naming the file).
+
+    A ``RetryableStoreError`` (the server rolled the transaction back) re-runs the whole call, up
+    to ``RETRIES`` times with a short growing pause, when ``may_retry(self)`` says no outer
+    transaction is open (a nested public call leaves the retry to the outermost one)."""
     for name, fn in list(vars(cls).items()):
         if name.startswith("_") or not inspect.isfunction(fn):
             continue
@@ -36,8 +51,15 @@ def guard_public_methods(cls: type, guard: Callable[[Any], ContextManager[Any]])
         def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(fn)
             def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-                with guard(self):
-                    return fn(self, *args, **kwargs)
+                for attempt in range(RETRIES):
+                    try:
+                        with guard(self):
+                            return fn(self, *args, **kwargs)
+                    except RetryableStoreError:
+                        if attempt == RETRIES - 1 or may_retry is None or not may_retry(self):
+                            raise
+                        time.sleep(0.01 * 2 ** attempt)
+                raise AssertionError("unreachable")
             return method
 
         setattr(cls, name, wrap(fn))

@@ -702,6 +702,7 @@ async def _serve_http(server: Any, host: str, port: int) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
+    sock.listen(2048)  # before announcing the URL: a client connecting at once is queued, not refused
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     print(f"causalmem-mcp: serving http://{host if family == socket.AF_INET else f'[{host}]'}:{bound}/mcp",
           file=sys.stderr, flush=True)

@@ -30,7 +30,8 @@ __all__ = ["Memory"]
 
 
 class Memory:
-    """Long-term causal memory on one SQLite file (or ``":memory:"``).
+    """Long-term causal memory on one SQLite file (or ``":memory:"``), or in a PostgreSQL database
+    shared by many processes and hosts (a ``postgresql://`` DSN; ``backend`` forces the choice).
 
     >>> with Memory("agent.db", embedder=None) as mem:
     ...     mem.record_decision("deploy without tests", "production crash")
@@ -39,7 +40,7 @@ class Memory:
 
     def __init__(self, path: str | os.PathLike[str] = ":memory:", *, config: Config | None = None,
                  clock: Callable[[], float] | None = None, embedder: Any = "auto", judge: Any = None,
-                 distiller: Any = None, read_only: bool = False) -> None:
+                 distiller: Any = None, read_only: bool = False, backend: str | None = None) -> None:
         if config is not None and not isinstance(config, Config):
             raise TypeError(f"config must be a causalmem.Config, got {type(config).__name__}")
         if clock is not None and not callable(clock):
@@ -48,7 +49,8 @@ class Memory:
             raise TypeError(f"read_only must be True or False, got {type(read_only).__name__}")
         self.config = config or Config()
         self._lock = threading.RLock()
-        self._store = Store(path, busy_timeout_ms=self.config.busy_timeout_ms, read_only=read_only)
+        self._store = Store(path, busy_timeout_ms=self.config.busy_timeout_ms, read_only=read_only,
+                            backend=backend)
         self.path = self._store.path
         self._views = Views(self._store, self.config, clock or time.time, embedder=embedder, lock=self._lock)
         self.judge = judge
@@ -380,4 +382,5 @@ class Memory:
 
 
 # every public method: a raw backend error surfaces as a StoreError naming the file
-guard_public_methods(Memory, lambda mem: mem._store.errors())
+guard_public_methods(Memory, lambda mem: mem._store.errors(),
+                     may_retry=lambda mem: not mem._store.in_transaction)  # deadlock/serialization: run again

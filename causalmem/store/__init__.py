@@ -11,9 +11,8 @@ import os
 from typing import Any
 
 from .base import (
-    ChunkKey, ChunkRow, EdgeRow, StoreBackend, new_id, new_ids, text_hash,
+    ChunkKey, ChunkRow, EdgeRow, StoreBackend, is_dsn, new_id, new_ids, text_hash,
 )
-from .postgres import is_dsn
 from .sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteStore
 
 BACKENDS = ("sqlite", "postgres")
@@ -28,7 +27,7 @@ def open_store(target: str | os.PathLike[str] = ":memory:", *, backend: str | No
     if backend == "postgres" or (backend is None and is_dsn(target)):
         if not is_dsn(target):
             raise ValueError(f"backend='postgres' needs a postgresql:// DSN as the path, got {target!r}")
-        from .postgres import PostgresStore
+        from .postgres import PostgresStore  # imported on use: psycopg only for PostgreSQL users
 
         return PostgresStore(str(target), busy_timeout_ms=busy_timeout_ms, read_only=read_only)
     if is_dsn(target):

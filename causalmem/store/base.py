@@ -36,7 +36,7 @@ __all__ = [
     "CooccurrenceRow", "EmbeddingRow", "StoredVector", "OutEdge", "EvidenceEdge", "ChainEdge", "PathEdge",
     "CooccurrencePair", "JudgeEdgeRow", "MiningChunkRow", "TaggedEdgeRow", "EDGE_DTYPE", "CHUNK_DTYPE",
     "COOC_DTYPE", "PROJECTION_EDGE_DTYPE", "PROJECTION_CO_DTYPE", "SOURCE_CODES", "POLARITY_CODES",
-    "POLARITY_NAMES", "SUBTYPE_CODES", "BATCH", "text_hash", "new_id", "new_ids", "batched", "check_path",
+    "POLARITY_NAMES", "SUBTYPE_CODES", "BATCH", "text_hash", "new_id", "new_ids", "batched", "check_path", "is_dsn",
 ]
 
 
@@ -626,6 +626,11 @@ def new_ids(n: int) -> list[str]:
 
 def new_id() -> str:
     return new_ids(1)[0]
+
+
+def is_dsn(target: Any) -> bool:
+    """Whether ``target`` names a PostgreSQL database (a ``postgresql://`` / ``postgres://`` URL)."""
+    return isinstance(target, str) and target.lstrip().lower().startswith(("postgresql://", "postgres://"))
 
 
 def check_path(path: Any) -> str:

@@ -42,13 +42,13 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
-from ..errors import SchemaVersionError, StoreError
+from ..errors import RetryableStoreError, SchemaVersionError, StoreError
 from ..types import Relation
 from .base import (
     CHUNK_DTYPE, COOC_DTYPE, EDGE_DTYPE, POLARITY_CODES, PROJECTION_CO_DTYPE, PROJECTION_EDGE_DTYPE, SOURCE_CODES,
     SUBTYPE_CODES, ChainEdge, ChunkColumns, ChunkKey, ChunkRow, CooccurrencePair, CooccurrenceRow, EdgeRow,
     EmbeddingRow, EvidenceEdge, FactRow, HistoryRow, JudgeEdgeRow, MiningChunkRow, OutEdge, PathEdge, StoredVector,
-    TaggedEdgeRow, new_id, new_ids, text_hash,
+    TaggedEdgeRow, is_dsn, new_id, new_ids, text_hash,
 )
 
 try:  # optional dependency: causalmem[postgres]
@@ -214,11 +214,6 @@ _CO_ROW = np.dtype([("n", ">i2"), ("l1", ">i4"), ("a", ">i8"), ("l2", ">i4"), ("
 _COPY_HEADER = 19  # signature (11) + flags (4) + header extension length (4)
 
 
-def is_dsn(target: Any) -> bool:
-    """Whether ``target`` names a PostgreSQL database (a ``postgresql://`` / ``postgres://`` URL)."""
-    return isinstance(target, str) and target.lstrip().lower().startswith(("postgresql://", "postgres://"))
-
-
 def split_dsn(dsn: str) -> tuple[str, str]:
     """(connection string for psycopg, schema): the ``schema`` query parameter is ours, not libpq's."""
     parts = urlsplit(dsn.strip())
@@ -242,10 +237,6 @@ def redact(dsn: str) -> str:
         return dsn
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
-class RetryableStoreError(StoreError):
-    """A deadlock or serialization failure rolled the whole transaction back: run the call again."""
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -353,7 +344,7 @@ class PostgresStore:
                                          f"{SCHEMA_VERSION}")
             for i in range(version, SCHEMA_VERSION):
                 name, sql = MIGRATIONS[i]
-                log.info("causalmem: applying PostgreSQL migration %d (%s)", i + 1, name)
+                log.info("causalmem: applying migration %d (%s) in PostgreSQL schema %s", i + 1, name, self.schema)
                 for statement in (s.strip() for s in sql.split(";")):
                     if statement:
                         self.conn.execute(statement)
@@ -580,7 +571,7 @@ class PostgresStore:
         return ChunkRow._make(rows[0]) if rows else None
 
     def chunk_rows_by_nid(self, nids: Sequence[int]) -> dict[int, ChunkRow]:
-        rows = self.query(f"SELECT {CHUNK_COLS} FROM chunks WHERE nid = ANY(%s)", ([int(n) for n in nids],))
+        rows = self.query(f"SELECT {CHUNK_COLS} FROM chunks WHERE nid = ANY(%s) ORDER BY nid", ([int(n) for n in nids],))
         return {r[0]: ChunkRow._make(r) for r in rows}
 
     def nid_of(self, chunk_id: str) -> int | None:
@@ -649,7 +640,7 @@ class PostgresStore:
                                alive=c[10], text=c[11] if with_text else None)
 
     def texts_of(self, nids: Sequence[int]) -> list[tuple[int, str]]:
-        return self.query("SELECT nid, text FROM chunks WHERE nid = ANY(%s)", ([int(n) for n in nids],))
+        return self.query("SELECT nid, text FROM chunks WHERE nid = ANY(%s) ORDER BY nid", ([int(n) for n in nids],))
 
     def chunk_texts(self, nids: Sequence[int]) -> dict[int, str]:
         return dict(self.texts_of(nids))
@@ -688,7 +679,7 @@ class PostgresStore:
         wanted = sorted({int(n) for n in nids})
         for row in self.query(
                 "SELECT nid, text, user_id, agent_id, run_id, created_at FROM chunks WHERE valid_to IS NULL "
-                "AND nid = ANY(%s)", (wanted,)):
+                "AND nid = ANY(%s) ORDER BY nid", (wanted,)):
             yield MiningChunkRow._make(row)
 
     def sleep_chunk_arrays(self) -> np.ndarray:
@@ -817,7 +808,7 @@ class PostgresStore:
     def edge_judge_rows(self, eids: Sequence[int]) -> dict[int, JudgeEdgeRow]:
         rows = self.query(
             "SELECT eid, id, relation, confidence, source, polarity, task_tag, discovered_at, subtype, src, dst "
-            "FROM edges WHERE eid = ANY(%s)", ([int(e) for e in eids],))
+            "FROM edges WHERE eid = ANY(%s) ORDER BY eid", ([int(e) for e in eids],))
         return {r[0]: JudgeEdgeRow._make(r[1:]) for r in rows}
 
     def negative_excitatory_out_edges(self, srcs: Sequence[int]) -> dict[int, list[OutEdge]]:
@@ -837,7 +828,7 @@ class PostgresStore:
     def task_tag_nodes(self, task_tag: str) -> list[int]:
         return [r[0] for r in self.query(
             "SELECT src FROM edges WHERE task_tag = %s AND valid_to IS NULL UNION "
-            "SELECT dst FROM edges WHERE task_tag = %s AND valid_to IS NULL", (task_tag, task_tag))]
+            "SELECT dst FROM edges WHERE task_tag = %s AND valid_to IS NULL ORDER BY 1", (task_tag, task_tag))]
 
     def edges_between(self, a: Sequence[int], b: Sequence[int]) -> list[PathEdge]:
         a, b = [int(x) for x in a], [int(x) for x in b]
