@@ -571,7 +571,8 @@ class PostgresStore:
         return ChunkRow._make(rows[0]) if rows else None
 
     def chunk_rows_by_nid(self, nids: Sequence[int]) -> dict[int, ChunkRow]:
-        rows = self.query(f"SELECT {CHUNK_COLS} FROM chunks WHERE nid = ANY(%s) ORDER BY nid", ([int(n) for n in nids],))
+        rows = self.query(f"SELECT {CHUNK_COLS} FROM chunks WHERE nid = ANY(%s) ORDER BY nid",
+                          ([int(n) for n in nids],))
         return {r[0]: ChunkRow._make(r) for r in rows}
 
     def nid_of(self, chunk_id: str) -> int | None:
