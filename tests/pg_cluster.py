@@ -136,10 +136,12 @@ def main(argv: list[str]) -> int:
         c = start(watch_pid=os.getppid())
         print(f"export CAUSALMEM_TEST_PG_DSN={shlex.quote(c.dsn)} CAUSALMEM_TEST_PG_DIR={shlex.quote(c.dir)}")
         return 0
+    if argv == ["check"]:  # exit status: are the server binaries here?
+        return 0 if find_bin() else 1
     if len(argv) == 2 and argv[0] == "stop":
         stop(argv[1])
         return 0
-    print("usage: pg_cluster.py start | stop DIR", file=sys.stderr)
+    print("usage: pg_cluster.py start | stop DIR | check", file=sys.stderr)
     return 2
 
 
