@@ -32,7 +32,7 @@ from .graph import CausalGraph
 from .projection import Projection
 from .semantic import Embedder, blob_to_vector, resolve_embedder, vector_to_blob
 from .vector_index import UNKNOWN_HASH, IndexKeeper, VectorIndex, remove_sidecar
-from .store.base import EmbeddingRow, StoreBackend, text_hash
+from .store.base import ChunkColumns, EmbeddingRow, StoreBackend, text_hash
 from . import learning
 from .errors import StoreError
 from .types import Relation, check_clock_value
@@ -552,7 +552,90 @@ class Views:
         dv = self.store.data_version()
         if dv != self._data_version:
             self._data_version = dv
-            self.resync()
+            changes = getattr(self.store, "foreign_changes", None)  # a backend with a change log
+            delta = changes() if changes is not None else None
+            if delta is None or not self.apply_changes(delta):
+                self.resync()
+
+    def apply_changes(self, delta: dict[str, list[int]]) -> bool:
+        """Patch the views with the rows another process changed (keys by kind from the store's
+        change log: ``ci``/``cu`` chunks inserted/updated, ``ei``/``eu`` edges, ``o*`` co-occurrence,
+        ``vi``/``vu`` vectors). False when only a full re-read is exact (rows deleted for good)."""
+        if any(k in delta for k in ("cd", "ed", "vd")):
+            return False
+        self.reset_embedded_mark()
+        if self.vectors is not None and not self.vectors.ready:
+            self.vectors = None  # still loading: start over from the store as it is now
+        nids = sorted(set(delta.get("ci", ())) | set(delta.get("cu", ())))
+        if nids:
+            rows = self.store.chunk_rows_by_nid(nids)
+            text_changed = False
+            if "cu" in delta:  # a text changes only by an update of an existing chunk
+                last = self.store.last_update_event()
+                text_changed, self._updates_seen = last != self._updates_seen, last
+            if self.chunks is not None and rows:
+                r = [rows[n] for n in sorted(rows)]
+                self.chunks.load(ChunkColumns(
+                    nid=tuple(x.nid for x in r), kind=tuple(x.kind for x in r),
+                    created_at=tuple(x.created_at for x in r), event_time=tuple(x.event_time for x in r),
+                    q_value=tuple(x.q_value for x in r), importance=tuple(x.importance for x in r),
+                    user_id=tuple(x.user_id for x in r), agent_id=tuple(x.agent_id for x in r),
+                    run_id=tuple(x.run_id for x in r), session_id=tuple(x.session_id for x in r),
+                    alive=tuple(int(x.valid_to is None) for x in r), text=None))
+            for nid, row in rows.items():
+                if row.valid_to is not None:
+                    if self.lexical is not None and nid in self.lexical:
+                        self.lexical.remove(nid)
+                    if self.vectors is not None:
+                        self.vectors.remove(nid)
+                    self.projection.node_deleted(nid)
+                    continue
+                if self.lexical is not None:
+                    if nid not in self.lexical:
+                        self.lexical.add(nid, row.text)
+                    elif text_changed:
+                        self.lexical.update(nid, row.text)
+                if text_changed and self.vectors is not None and nid in set(delta.get("cu", ())):
+                    self.vectors.remove(nid)  # the new text's vector arrives as a 'v' change
+                self.projection.n_nodes = max(self.projection.n_nodes, nid + 1)
+        eids = sorted(set(delta.get("ei", ())) | set(delta.get("eu", ())))
+        if eids:
+            states = getattr(self.store, "edge_states")(eids)
+            graph = self.projection.graph
+            inserted = set(delta.get("ei", ()))
+            for eid, src, dst, code, conf, valid in states:
+                if eid in inserted and valid:
+                    known = False
+                    if graph is not None:
+                        try:
+                            graph._ordinal(eid)
+                            known = True
+                        except KeyError:
+                            pass
+                    if not known:
+                        self.projection.edge_added(eid, src, dst, Relation.from_code(code), conf)
+                elif not valid:
+                    self.projection.edge_invalidated(eid)
+                else:  # restored or reweighted: rebuilt at the next graph query
+                    self.projection.mark_stale()
+            self.projection.count_write(len(eids))
+        if any(k in delta for k in ("oi", "ou", "od")):
+            self.projection.learning_change()
+        vids = sorted(set(delta.get("vi", ())) | set(delta.get("vu", ())))
+        emb = self._embedder
+        if vids and self.vectors is not None and emb is not None:
+            got = self.store.embeddings_of(vids, emb.model_name)
+            if got:
+                ids, vecs = decode_rows(got, emb.dim)
+                alive = self.chunks.alive if self.chunks is not None else None
+                if alive is not None:
+                    keep = (ids < alive.shape[0]) & alive[np.minimum(ids, max(alive.shape[0] - 1, 0))]
+                    ids, vecs = ids[keep], vecs[keep]
+                if len(ids):
+                    self.vectors.add(ids, vecs)
+        if nids:
+            self.queue_changed()  # chunks written elsewhere without our model's vectors
+        return True
 
     def after_bulk_change(self) -> None:
         """The store changed under this process's own hand outside ``write()`` (a sleep cycle)."""

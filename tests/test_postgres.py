@@ -339,3 +339,41 @@ def test_export_from_postgres_imports_into_sqlite_and_back(pg_dsn, pg_database, 
         back.import_(tmp_path / "dump2.jsonl")
         assert [a.text for a in back.search_causal("deploy without tests")] == ["production crash"]
         assert back.stats()["facts"] == 1
+
+
+def test_catch_up_patches_the_views_from_the_change_log(pg_dsn):
+    """Another host's small writes reach this host's views through the change log: new chunks and
+    edges are patched in (no full projection rebuild, no re-read of every chunk), invalidations,
+    deletions and text updates too; a purge (rows gone for good) falls back to a full re-read."""
+    a = Memory(pg_dsn, embedder=None)
+    b = Memory(pg_dsn, embedder=None)
+    try:
+        a.record_many([(f"warm decision {i}", f"warm outcome {i}") for i in range(50)])
+        assert a.search_causal("warm decision 3")
+        rebuilds = a._projection.rebuilds
+        reads: list = []
+        original = a._store.chunk_columns
+        a._store.chunk_columns = lambda **kw: reads.append(kw) or original(**kw)  # type: ignore[method-assign]
+
+        e = b.record_decision("rotate the signing key", "tokens rejected")
+        assert [x.text for x in a.search_causal("rotate the signing key")] == ["tokens rejected"]
+        assert [h.text for h in a.search("tokens rejected", channels=("lexical",))][0] == "tokens rejected"
+        b.invalidate(e.id)
+        assert a.search_causal("rotate the signing key") == []
+        c = b.record_decision("pin the base image", "builds reproducible")
+        b.update(c.dst, "builds reproducible and fast")
+        assert "builds reproducible and fast" in [h.text for h in a.search("reproducible", channels=("lexical",))]
+        b.delete(c.dst)
+        assert a.search_causal("pin the base image") == []
+        assert "builds reproducible and fast" not in [h.text for h in a.search("reproducible",
+                                                                                 channels=("lexical",))]
+        assert a._projection.rebuilds == rebuilds  # patched, never rebuilt
+        assert reads == []  # no full re-read of the chunk columns
+        b.delete_all(user_id="nobody", purge=True)  # nothing to purge: still no deletion in the log
+        b.record_decision("x", "y", user_id="gone")
+        b.delete_all(user_id="gone", purge=True)  # rows deleted for good
+        assert a.search_causal("x", user_id="gone") == []
+        assert reads  # the purge made this host re-read everything
+    finally:
+        a.close()
+        b.close()

@@ -73,6 +73,26 @@ DEFAULT_SCHEMA = "causalmem"
 LOCK_NAMESPACE = 0x434D656D
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
+# The change log: statement-level triggers with transition tables record which rows each write
+# transaction touched, under that transaction's change sequence (``kind`` = table code + i/u/d).
+# Another host's views catch up from these keys instead of re-reading everything.
+_LOG_TRIGGERS = """
+        CREATE FUNCTION log_{table}() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $f$
+        BEGIN
+            INSERT INTO changes (seq, kind, key)
+            SELECT (SELECT seq FROM causalmem_state), TG_ARGV[0], {key} FROM changed_rows;
+            RETURN NULL;
+        END $f$;
+        CREATE TRIGGER {table}_log_i AFTER INSERT ON {table} REFERENCING NEW TABLE AS changed_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION log_{table}('{code}i');
+        CREATE TRIGGER {table}_log_u AFTER UPDATE ON {table} REFERENCING NEW TABLE AS changed_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION log_{table}('{code}u');
+        CREATE TRIGGER {table}_log_d AFTER DELETE ON {table} REFERENCING OLD TABLE AS changed_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION log_{table}('{code}d');
+"""
+#: change-log rows older than this many transactions are pruned (a host further behind re-reads all)
+LOG_KEEP = 4096
+
 MIGRATIONS: list[tuple[str, str]] = [
     (
         "initial schema",
@@ -164,7 +184,14 @@ MIGRATIONS: list[tuple[str, str]] = [
             key TEXT PRIMARY KEY,
             value TEXT
         );
-        """,
+        CREATE TABLE changes (
+            seq BIGINT NOT NULL,
+            kind TEXT NOT NULL,
+            key BIGINT NOT NULL
+        );
+        CREATE INDEX changes_seq ON changes(seq);
+        """ + "".join(_LOG_TRIGGERS.format(table=t, key=k, code=c) for t, k, c in (
+            ("chunks", "nid", "c"), ("edges", "eid", "e"), ("cooccurrence", "a", "o"), ("embeddings", "nid", "v"))),
     ),
     (
         "polarity origin, evidence count, edge pair index",
@@ -177,7 +204,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ),
 ]
 OWN_TABLES = frozenset({"chunks", "edges", "cooccurrence", "facts", "embeddings", "chunk_history", "meta",
-                        "causalmem_state"})
+                        "changes", "causalmem_state"})
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 CHUNK_COLS = (
@@ -268,6 +295,8 @@ class PostgresStore:
         self._seen_seq = 0  # newest change sequence value this object knows about
         self._foreign = 0  # commits by other connections noticed so far (data_version)
         self._tx_seq = 0
+        self._synced_seq = 0  # the views of this process hold every change up to here
+        self._own: set[int] = set()  # sequence values of this object's own commits not yet synced past
         self._listener: Any = None
         self.channel = f"causalmem_{self.schema}"
         try:
@@ -300,7 +329,7 @@ class PostgresStore:
                 if version is None:
                     self.conn.execute(
                         "CREATE TABLE causalmem_state (id INTEGER PRIMARY KEY DEFAULT 1 CHECK (id = 1), "
-                        "schema_version INTEGER NOT NULL, seq BIGINT NOT NULL)")
+                        "schema_version INTEGER NOT NULL, seq BIGINT NOT NULL, log_floor BIGINT NOT NULL DEFAULT 0)")
                     self.conn.execute("INSERT INTO causalmem_state (schema_version, seq) VALUES (0, 0)")
                     version = 0
         self.conn.execute(pg_sql.SQL("SET search_path TO {}").format(ident))
@@ -311,7 +340,7 @@ class PostgresStore:
                                  "without read_only=True")
         elif version < SCHEMA_VERSION:
             self._migrate()
-        self._seen_seq = self.change_seq()
+        self._seen_seq = self._synced_seq = self.change_seq()
 
     def _schema_lock(self) -> None:
         self.conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_NAMESPACE, "schema:" + self.schema))
@@ -345,9 +374,7 @@ class PostgresStore:
             for i in range(version, SCHEMA_VERSION):
                 name, sql = MIGRATIONS[i]
                 log.info("causalmem: applying migration %d (%s) in PostgreSQL schema %s", i + 1, name, self.schema)
-                for statement in (s.strip() for s in sql.split(";")):
-                    if statement:
-                        self.conn.execute(statement)
+                self.conn.execute(sql)  # several statements, no parameters: one simple query
                 self.conn.execute("UPDATE causalmem_state SET schema_version = %s", (i + 1,))
 
     def _store_error(self, exc: BaseException, doing: str = "") -> StoreError:
@@ -422,6 +449,10 @@ class PostgresStore:
                 raise StoreError(f"memory {self.path!r} is locked by another writer (not waiting)")
         self.conn.execute("SET LOCAL lock_timeout = 0")
         self._tx_seq = self.conn.execute("UPDATE causalmem_state SET seq = seq + 1 RETURNING seq").fetchone()[0]
+        if self._tx_seq % 256 == 0:  # keep the change log short
+            floor = self._tx_seq - LOG_KEEP
+            self.conn.execute("DELETE FROM changes WHERE seq <= %s", (floor,))
+            self.conn.execute("UPDATE causalmem_state SET log_floor = GREATEST(log_floor, %s)", (floor,))
         self.conn.execute("SELECT pg_notify(%s, %s)", (self.channel, str(self._tx_seq)))  # sent at commit
 
     def _committed(self, seq: int) -> None:
@@ -430,6 +461,7 @@ class PostgresStore:
         if seq != self._seen_seq + 1:
             self._foreign += 1
         self._seen_seq = max(self._seen_seq, seq)
+        self._own.add(seq)
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[None]:
@@ -512,6 +544,32 @@ class PostgresStore:
                 self._seen_seq = seq
                 self._foreign += 1
             return self._foreign
+
+    def foreign_changes(self) -> dict[str, list[int]] | None:
+        """What other connections changed since this process's views were last in step: kind ->
+        sorted keys (kinds ``ci cu cd ei eu ed oi ou od vi vu vd``: chunks, edges, co-occurrence,
+        embeddings x insert, update, delete). ``None`` when the log no longer reaches back that far
+        (the views then re-read everything). Marks the views as in step up to ``data_version``'s read."""
+        with self._lock:
+            self._ensure_open()
+            upto = self._seen_seq
+            after = self._synced_seq
+            own = sorted(s for s in self._own if after < s <= upto)
+            self._synced_seq = upto
+            self._own = {s for s in self._own if s > upto}
+            out: dict[str, set[int]] = {}
+            floor = None
+            for kind, key in self.query(  # one round trip: the log's floor and the keys
+                    "SELECT 'floor', log_floor FROM causalmem_state UNION ALL "
+                    "SELECT kind, key FROM changes WHERE seq > %s AND seq <= %s AND NOT (seq = ANY(%s))",
+                    (after, upto, own)):
+                if kind == "floor":
+                    floor = int(key)
+                else:
+                    out.setdefault(kind, set()).add(int(key))
+            if floor is None or after < floor:
+                return None
+            return {k: sorted(v) for k, v in out.items()}
 
     def wait_for_change(self, timeout: float) -> bool:
         """Block until another connection commits a write (LISTEN/NOTIFY) or ``timeout`` seconds
@@ -802,6 +860,12 @@ class PostgresStore:
         where = (" WHERE " + " AND ".join(conds)) if conds else ""
         return [EdgeRow._make(r) for r in self.query(f"SELECT {EDGE_COLS} FROM {EDGE_FROM}{where} ORDER BY e.eid",
                                                      params)]
+
+    def edge_states(self, eids: Sequence[int]) -> list[tuple[int, int, int, int, float, bool]]:
+        """(eid, src, dst, rel_code, confidence, valid) of the given edges, ascending eid (the
+        catch-up of another host's edge changes)."""
+        return self.query("SELECT eid, src, dst, rel_code, confidence, valid_to IS NULL FROM edges "
+                          "WHERE eid = ANY(%s) ORDER BY eid", ([int(e) for e in eids],))
 
     def edge_ids(self, eids: Sequence[int]) -> dict[int, str]:
         return dict(self.query("SELECT eid, id FROM edges WHERE eid = ANY(%s)", ([int(e) for e in eids],)))
