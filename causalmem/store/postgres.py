@@ -241,6 +241,12 @@ _CO_ROW = np.dtype([("n", ">i2"), ("l1", ">i4"), ("a", ">i8"), ("l2", ">i4"), ("
 _COPY_HEADER = 19  # signature (11) + flags (4) + header extension length (4)
 
 
+def _int_array(values: Iterable[int]) -> str:
+    """An integer array as its text literal: bound once as text, parsed by the server (psycopg
+    adapts a Python list element by element)."""
+    return "{" + ",".join(str(int(v)) for v in values) + "}"
+
+
 def split_dsn(dsn: str) -> tuple[str, str]:
     """(connection string for psycopg, schema): the ``schema`` query parameter is ours, not libpq's."""
     parts = urlsplit(dsn.strip())
@@ -665,8 +671,8 @@ class PostgresStore:
         out: dict[tuple[str, tuple], ChunkKey] = {}
         for scope, by_hash in by_scope.items():
             rows = self.query(
-                f"SELECT nid, id, text FROM chunks WHERE text_hash = ANY(%s) AND {_SCOPE} AND kind <> 'turn' "
-                "AND valid_to IS NULL ORDER BY nid", (list(by_hash), *scope))
+                f"SELECT nid, id, text FROM chunks WHERE text_hash = ANY(%s::bigint[]) AND {_SCOPE} "
+                "AND kind <> 'turn' AND valid_to IS NULL ORDER BY nid", (_int_array(by_hash), *scope))
             for nid, cid, t in rows:
                 out.setdefault((t, scope), ChunkKey(nid, cid))
         return out
