@@ -46,7 +46,8 @@ def causal_seeds(views: Views, query: str, scope: Scope,
 def spread_from(views: Views, seeds: list[int], *, reverse: bool, params: SpreadParams,
                 overrides: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """Spread from ``seeds`` with energy 0.5 + 0.5·Q."""
-    table, _ = views.tables()
+    # the chunk table causal_seeds just brought in step (no second look at the store in one query)
+    table = views.chunks if views.chunks is not None else views.tables()[0]
     q = table.q[np.asarray(seeds, dtype=np.int64)]
     energy = (0.5 + 0.5 * q).astype(np.float32)
     kwargs = params.as_kwargs()

@@ -261,6 +261,8 @@ def export_memory(views: Views, path: str | os.PathLike[str] | IO[str], *, vecto
     """``Memory.export``: queued reinforcement first, then one header line and every record."""
     if not isinstance(vectors, bool):
         raise TypeError(f"vectors must be True or False, got {type(vectors).__name__}")
+    if vectors:  # the vectors of every chunk written so far (the background worker needs the lock)
+        views.wait_embedded(None)
     fh, owned = open_text(path, "w")
     try:
         with views.lock:
