@@ -566,6 +566,8 @@ class Views:
         self.reset_embedded_mark()
         if self.vectors is not None and not self.vectors.ready:
             self.vectors = None  # still loading: start over from the store as it is now
+        self._seq = None  # patched: no longer one exact store state a sidecar snapshot could name
+        self._dirty.update(("chunks", "lexical"))
         nids = sorted(set(delta.get("ci", ())) | set(delta.get("cu", ())))
         if nids:
             rows = self.store.chunk_rows_by_nid(nids)
@@ -619,8 +621,8 @@ class Views:
                 else:  # restored or reweighted: rebuilt at the next graph query
                     self.projection.mark_stale()
             self.projection.count_write(len(eids))
-        if any(k in delta for k in ("oi", "ou", "od")):
-            self.projection.learning_change()
+        if any(k in delta for k in ("oi", "ou", "od")):  # learned links changed elsewhere: exact rebuild
+            self.projection.mark_stale()
         vids = sorted(set(delta.get("vi", ())) | set(delta.get("vu", ())))
         emb = self._embedder
         if vids and self.vectors is not None and emb is not None:

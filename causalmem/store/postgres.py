@@ -301,6 +301,8 @@ class PostgresStore:
         self._seen_seq = 0  # newest change sequence value this object knows about
         self._foreign = 0  # commits by other connections noticed so far (data_version)
         self._tx_seq = 0
+        #: ``change_seq`` as this object's last write transaction committed it (``views`` tracks it)
+        self.committed_seq: int | None = None
         self._synced_seq = 0  # the views of this process hold every change up to here
         self._own: set[int] = set()  # sequence values of this object's own commits not yet synced past
         self._listener: Any = None
@@ -431,6 +433,7 @@ class PostgresStore:
                 finally:
                     self._depth -= 1
                 return
+            self.committed_seq = None
             try:
                 with self.conn.transaction():
                     self._begin_write(wait)
@@ -462,6 +465,7 @@ class PostgresStore:
         self.conn.execute("SELECT pg_notify(%s, %s)", (self.channel, str(self._tx_seq)))  # sent at commit
 
     def _committed(self, seq: int) -> None:
+        self.committed_seq = seq
         # writers are serialized and each advances the sequence by one: a gap means another
         # connection committed since we last looked
         if seq != self._seen_seq + 1:
@@ -536,7 +540,8 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ versions, change sequence
     def change_seq(self) -> int:
-        """The memory's change sequence: advanced by every committed write transaction, on any host."""
+        """The memory's change sequence: advanced by every committed write transaction, on any host
+        (also one that changed no row: the writer lock is the row that carries it)."""
         return int(self._one("SELECT seq FROM causalmem_state"))
 
     def data_version(self) -> int:
