@@ -148,6 +148,9 @@ PG_SKIPS: dict[str, str] = {
     "test_trust_lock.py::": "SQLite file locks held by another process, a read-only file",
     "test_trust_purge.py::test_purge_removes_the_bytes_from_the_file": "deleted bytes on the SQLite file's pages",
     "test_trust_scope.py::": _SQLITE3_READ + " (scope isolation on PG: test_postgres.py::test_scopes_are_isolated)",
+    "test_change_seq.py::test_another_process_write_is_seen_and_the_value_persists": "opens the file with "
+    "SQLiteStore directly (PG: test_postgres.py::test_data_version_changes_only_for_other_connections)",
+    "test_sidecar.py::": "sidecar index files live next to a SQLite file; a PostgreSQL memory has none",
 }
 
 

@@ -35,6 +35,7 @@ import contextlib
 import json
 import logging
 import re
+import secrets
 import threading
 import time
 from typing import Any, Iterable, Iterator, Mapping, Sequence, TypeVar
@@ -80,7 +81,8 @@ _LOG_TRIGGERS = """
         CREATE FUNCTION log_{table}() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $f$
         BEGIN
             INSERT INTO changes (seq, kind, key)
-            SELECT (SELECT seq FROM causalmem_state), TG_ARGV[0], {key} FROM changed_rows;
+            SELECT COALESCE(NULLIF(current_setting('causalmem.seq', true), '')::bigint,
+                            (SELECT seq FROM causalmem_state)), TG_ARGV[0], {key} FROM changed_rows;
             RETURN NULL;
         END $f$;
         CREATE TRIGGER {table}_log_i AFTER INSERT ON {table} REFERENCING NEW TABLE AS changed_rows
@@ -338,7 +340,9 @@ class PostgresStore:
                     self.conn.execute(
                         "CREATE TABLE causalmem_state (id INTEGER PRIMARY KEY DEFAULT 1 CHECK (id = 1), "
                         "schema_version INTEGER NOT NULL, seq BIGINT NOT NULL, log_floor BIGINT NOT NULL DEFAULT 0)")
-                    self.conn.execute("INSERT INTO causalmem_state (schema_version, seq) VALUES (0, 0)")
+                    # a random start per memory, as the SQLite backend: a copy differs after a write
+                    self.conn.execute("INSERT INTO causalmem_state (schema_version, seq) VALUES (0, %s)",
+                                      (secrets.randbits(40) << 20,))
                     version = 0
         self.conn.execute(pg_sql.SQL("SET search_path TO {}").format(ident))
         if self.read_only:
@@ -442,10 +446,11 @@ class PostgresStore:
                         yield self.conn
                     finally:
                         self._depth = 0
-                    seq = self._tx_seq
+                    seq = self._end_write()
             except psycopg.Error as exc:
                 raise self._store_error(exc) from exc
-            self._committed(seq)
+            if seq is not None:
+                self._committed(seq)
 
     def _begin_write(self, wait: bool) -> None:
         if wait:
@@ -457,12 +462,22 @@ class PostgresStore:
             if not got:
                 raise StoreError(f"memory {self.path!r} is locked by another writer (not waiting)")
         self.conn.execute("SET LOCAL lock_timeout = 0")
-        self._tx_seq = self.conn.execute("UPDATE causalmem_state SET seq = seq + 1 RETURNING seq").fetchone()[0]
-        if self._tx_seq % 256 == 0:  # keep the change log short
-            floor = self._tx_seq - LOG_KEEP
+        # under the writer lock the next value is ours; the change-log triggers record it
+        self._tx_seq = int(self.conn.execute("SELECT seq + 1 FROM causalmem_state").fetchone()[0])
+        self.conn.execute("SELECT set_config('causalmem.seq', %s, true)", (str(self._tx_seq),))
+
+    def _end_write(self) -> int | None:
+        """Just before COMMIT: advance the change sequence if the transaction changed a row (it then
+        has a transaction id), prune the change log now and then, NOTIFY listeners; the new value."""
+        if self.conn.execute("SELECT pg_current_xact_id_if_assigned() IS NULL").fetchone()[0]:
+            return None
+        seq = int(self.conn.execute("UPDATE causalmem_state SET seq = seq + 1 RETURNING seq").fetchone()[0])
+        if seq % 256 == 0:  # keep the change log short
+            floor = seq - LOG_KEEP
             self.conn.execute("DELETE FROM changes WHERE seq <= %s", (floor,))
             self.conn.execute("UPDATE causalmem_state SET log_floor = GREATEST(log_floor, %s)", (floor,))
-        self.conn.execute("SELECT pg_notify(%s, %s)", (self.channel, str(self._tx_seq)))  # sent at commit
+        self.conn.execute("SELECT pg_notify(%s, %s)", (self.channel, str(seq)))  # delivered at commit
+        return seq
 
     def _committed(self, seq: int) -> None:
         self.committed_seq = seq
@@ -540,8 +555,8 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ versions, change sequence
     def change_seq(self) -> int:
-        """The memory's change sequence: advanced by every committed write transaction, on any host
-        (also one that changed no row: the writer lock is the row that carries it)."""
+        """The memory's change sequence: advanced by every committed write transaction that changed
+        a row, on any host; a random start per memory."""
         return int(self._one("SELECT seq FROM causalmem_state"))
 
     def data_version(self) -> int:

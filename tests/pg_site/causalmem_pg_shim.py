@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 ENV_DSN = "CAUSALMEM_TEST_PG_DB_DSN"
+_MAPPED: set[str] = set()  # the paths whose memories live in PostgreSQL
 
 
 def with_schema(dsn: str, schema: str) -> str:
@@ -88,6 +89,7 @@ def install(dsn: str | None = None) -> None:
                     raise StoreError(f"no database at {path!r} (read-only open creates nothing)")
                 os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
                 open(path, "ab").close()
+        _MAPPED.add(path)
         store = original(with_schema(dsn, schema_for(path)), **kwargs)
         store.path = path
         _adapt(store)
@@ -95,3 +97,10 @@ def install(dsn: str | None = None) -> None:
 
     open_store._pg_shim = True  # type: ignore[attr-defined]
     st.open_store = open_store
+
+    # a PostgreSQL memory has no sidecar index files (they live next to a SQLite file): the file
+    # standing in for the memory must not get any either
+    import causalmem.sidecar as sc
+
+    sidecar_dir = sc.sidecar_dir
+    sc.sidecar_dir = lambda db_path: None if db_path is not None and str(db_path) in _MAPPED else sidecar_dir(db_path)
