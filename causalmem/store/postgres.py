@@ -1307,6 +1307,21 @@ class PostgresStore:
             "SELECT e.nid, e.vector FROM embeddings e JOIN chunks c ON c.nid = e.nid WHERE e.nid = ANY(%s) "
             "AND e.model = %s AND e.text_hash = c.text_hash ORDER BY e.nid", ([int(n) for n in nids], model))]
 
+    def embedding_rows(self, model: str, *, after_nid: int = 0, limit: int | None = None,
+                       nids: Sequence[int] | None = None, with_vectors: bool = True) -> list[tuple]:
+        """(nid, text_hash[, vector]) of live chunks' current vectors for ``model``, ascending nid: a
+        page after ``after_nid`` (``limit`` rows), or those of ``nids`` (the vector index keeper's paging)."""
+        cols = "e.nid, e.text_hash, e.vector" if with_vectors else "e.nid, e.text_hash"
+        where = "e.model = %s AND c.valid_to IS NULL AND e.text_hash = c.text_hash"
+        if nids is not None:
+            rows = self.query(f"SELECT {cols} FROM embeddings e JOIN chunks c ON c.nid = e.nid "
+                              f"WHERE e.nid = ANY(%s) AND {where} ORDER BY e.nid", ([int(n) for n in nids], model))
+        else:
+            rows = self.query(f"SELECT {cols} FROM embeddings e JOIN chunks c ON c.nid = e.nid "
+                              f"WHERE e.nid > %s AND {where} ORDER BY e.nid LIMIT %s",
+                              (int(after_nid), model, None if limit is None else int(limit)))
+        return [(r[0], r[1], bytes(r[2])) if with_vectors else tuple(r) for r in rows]
+
     def chunks_missing_embedding(self, model: str, *, limit: int | None = None,
                                  after_nid: int = 0) -> list[tuple[int, str]]:
         return self.query(
