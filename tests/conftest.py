@@ -151,6 +151,12 @@ PG_SKIPS: dict[str, str] = {
     "test_change_seq.py::test_another_process_write_is_seen_and_the_value_persists": "opens the file with "
     "SQLiteStore directly (PG: test_postgres.py::test_data_version_changes_only_for_other_connections)",
     "test_sidecar.py::": "sidecar index files live next to a SQLite file; a PostgreSQL memory has none",
+    "test_vector_index.py::test_index_is_persisted_and_reopened_as_a_view": "vector index files in <db>.idx/ next "
+    "to a SQLite file; a PostgreSQL memory has none",
+    "test_vector_index.py::test_damaged_or_mismatched_sidecar_is_rebuilt_never_trusted": "damaged vector index "
+    "files in <db>.idx/ next to a SQLite file",
+    "test_vector_index.py::test_quantized_segment_round_trip": "the vector segment saved in <db>.idx/ next to a "
+    "SQLite file",
 }
 
 
