@@ -727,8 +727,9 @@ class SQLiteStore:
         # parameter costs about as much as storing it, and most rows carry no scope, session,
         # event time or metadata
         opt = [c for c in _CHUNK_OPTIONAL if any(r.get(c) is not None for r in rows)]
-        params = [(base + 1 + i, ids[i], r["text"], r.get("text_hash") or text_hash(r["text"]), r["kind"],
-                   r["created_at"], r["q_value"]) for i, r in enumerate(rows)]
+        params: list[tuple[Any, ...]] = [
+            (base + 1 + i, ids[i], r["text"], r.get("text_hash") or text_hash(r["text"]), r["kind"],
+             r["created_at"], r["q_value"]) for i, r in enumerate(rows)]
         if opt:
             get = [_CHUNK_OPTIONAL[c] for c in opt]
             params = [p + tuple(g(r) for g in get) for p, r in zip(params, rows)]
@@ -924,9 +925,10 @@ class SQLiteStore:
         base = self._next_key("edges", "eid") - 1
         ids = new_ids(len(rows))
         opt = [c for c in _EDGE_OPTIONAL if any(r.get(c) is not None for r in rows)]  # as for chunks
-        params = [(base + 1 + i, ids[i], r["src"], r["dst"], *_REL_COLUMNS[r["relation"]], r["confidence"], r["source"],
-                   r.get("polarity_origin") or ("unknown" if r.get("polarity") is None else "given"),
-                   r["discovered_at"]) for i, r in enumerate(rows)]
+        params: list[tuple[Any, ...]] = [
+            (base + 1 + i, ids[i], r["src"], r["dst"], *_REL_COLUMNS[r["relation"]], r["confidence"], r["source"],
+             r.get("polarity_origin") or ("unknown" if r.get("polarity") is None else "given"),
+             r["discovered_at"]) for i, r in enumerate(rows)]
         if opt:
             get = [_EDGE_OPTIONAL[c] for c in opt]
             params = [p + tuple(g(r) for g in get) for p, r in zip(params, rows)]
