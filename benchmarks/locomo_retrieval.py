@@ -83,9 +83,9 @@ REINFORCED = (DEFAULT_LABEL, "lexical + graph")
 # The fitted constants under cross-validation: semantic weight in the blend, scale of the graph
 # bonus, backward/forward ratio of the graph bonus. The shipped values are the first grid point.
 GRID_AXES: dict[str, tuple[float, ...]] = {
-    "blend_vec": (retrieval.PARAMS.blend_vec, 1.0, 3.0),
-    "graph_scale": (1.0, 2.0),
-    "backward_ratio": (retrieval.PARAMS.graph_backward / retrieval.PARAMS.graph_forward, 1.0),
+    "blend_vec": (retrieval.PARAMS.blend_vec, 0.5, 1.0, 3.0),
+    "graph_scale": (1.0, 0.5, 2.0),
+    "backward_ratio": (retrieval.PARAMS.graph_backward / retrieval.PARAMS.graph_forward, 1.0, 0.25),
     "prf_weight": (retrieval.PARAMS.prf_weight, 0.0, 0.3),
 }
 
