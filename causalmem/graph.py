@@ -264,8 +264,11 @@ class CausalGraph:
             idx = get(f"{side}_indices", "int32")
             if idx.shape[0] != e or (e and (int(idx.min()) < 0 or int(idx.max()) >= n)):
                 raise ValueError(f"graph state: {side}_indices out of range")
-            if get(f"{side}_weights", "float32").shape[0] != e or get(f"{side}_valid", "uint8").shape[0] != e:
+            weights = get(f"{side}_weights", "float32")
+            if weights.shape[0] != e or get(f"{side}_valid", "uint8").shape[0] != e:
                 raise ValueError(f"graph state: {side} weights/valid lengths disagree")
+            if e and not bool(np.isfinite(weights).all()):  # SPEC §3: the kernels see finite weights only
+                raise ValueError(f"graph state: {side}_weights not all finite")
             inh = arrays.get(f"{side}_inhibitory")
             if inh is not None and (inh.dtype != np.uint8 or inh.shape != (e,)):
                 raise ValueError(f"graph state: {side}_inhibitory malformed")

@@ -448,3 +448,20 @@ def test_a_database_without_the_change_counter_gets_no_files_until_written(tmp_p
         m.search("counted", reinforce=False)
         assert {"chunks", "lexical"} <= set(m._views._file_seq)
         _assert_same_as_rebuild(m)
+
+
+def test_a_graph_file_with_a_non_finite_weight_is_refused(tmp_path):
+    """A checksum-valid graph file written by a buggy build must not feed NaN/inf to the kernel."""
+    from causalmem.graph import CausalGraph
+
+    with Memory(tmp_path / "a.db", embedder=None) as mem:
+        mem.record_decision("raised the cache size", "latency dropped")
+        mem.search_causal("raised the cache size")
+        arrays = {k: np.array(v, copy=True) for k, v in mem._views.projection.graph.to_arrays().items()}
+    CausalGraph.from_state_arrays(arrays)  # intact: accepted
+    for side in ("fwd", "rev"):
+        for bad in (np.nan, np.inf):
+            broken = {k: v.copy() for k, v in arrays.items()}
+            broken[f"{side}_weights"][0] = bad
+            with pytest.raises(ValueError, match="finite"):
+                CausalGraph.from_state_arrays(broken)
