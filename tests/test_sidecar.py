@@ -465,3 +465,31 @@ def test_a_graph_file_with_a_non_finite_weight_is_refused(tmp_path):
             broken[f"{side}_weights"][0] = bad
             with pytest.raises(ValueError, match="finite"):
                 CausalGraph.from_state_arrays(broken)
+
+
+def test_a_commit_by_another_process_around_an_own_write_is_not_swallowed(tmp_path):
+    """Another connection's commit landing inside this process's write window (after the views
+    synced, before BEGIN) must still reach this process's views (regression: the views re-read
+    PRAGMA data_version after their own commit and took the foreign commit as seen)."""
+    db = tmp_path / "agent.db"
+    a = Memory(db, embedder=None)
+    b = Memory(db, embedder=None)
+    try:
+        a.record_decision("use redis cache", "faster response")
+        a.search("redis")
+        views = a._views
+        orig = views._adopt_current_files
+
+        def foreign_commit_in_the_window() -> None:
+            b.record_decision("enable zebra mode", "giraffe outage")
+            orig()
+
+        views._adopt_current_files = foreign_commit_in_the_window
+        try:
+            a.record_decision("deploy on friday", "weekend pager storm")
+        finally:
+            views._adopt_current_files = orig
+        assert "enable zebra mode" in [h.text for h in a.search("zebra", reinforce=False)]
+    finally:
+        a.close()
+        b.close()
