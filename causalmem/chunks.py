@@ -97,10 +97,22 @@ class ChunkTable:
     _COLUMNS = ("alive", "created_at", "event_time", "q", "importance", "user", "agent", "run", "session", "kind")
 
     def to_arrays(self) -> tuple[dict[str, np.ndarray], dict]:
-        """The columns (first ``n`` rows) and the code tables, for a sidecar file."""
+        """The columns (first ``n`` rows) and the code tables, for a sidecar file.
+
+        The code tables are arrays too (a UTF-8 blob, offsets, a None flag per code), not header
+        JSON: a store with hundreds of thousands of distinct session or run ids would otherwise
+        outgrow the file header's size limit."""
         arrays = {name: getattr(self, name)[: self.n] for name in self._COLUMNS}
-        codes = {col: [[v, c] for v, c in table.items()] for col, table in self._codes.items()}
-        return arrays, {"n": self.n, "codes": codes}
+        for col, table in self._codes.items():
+            values: list[str | None] = [None] * len(table)
+            for v, c in table.items():
+                values[c] = v  # codes are dense: each new value takes the next one
+            encoded = [b"" if v is None else v.encode("utf-8") for v in values]
+            arrays[f"codes_{col}_blob"] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+            arrays[f"codes_{col}_off"] = np.concatenate(
+                ([0], np.cumsum([len(b) for b in encoded], dtype=np.int64))).astype(np.int64)
+            arrays[f"codes_{col}_none"] = np.asarray([v is None for v in values], dtype=np.uint8)
+        return arrays, {"n": self.n, "code_columns": list(self._codes)}
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> "ChunkTable | None":
@@ -112,9 +124,25 @@ class ChunkTable:
             if a is None or a.shape != (n,) or a.dtype != getattr(self, name).dtype:
                 return None
             setattr(self, name, a)
-        codes = {col: {v: int(c) for v, c in pairs} for col, pairs in meta["codes"].items()}
-        if set(codes) != set(self._codes):
+        if set(meta.get("code_columns", ())) != set(self._codes):
             return None
+        codes: dict[str, dict[str | None, int]] = {}
+        for col in self._codes:
+            blob, off, none = (arrays.get(f"codes_{col}_{part}") for part in ("blob", "off", "none"))
+            if blob is None or off is None or none is None or off.ndim != 1 or none.shape != (off.shape[0] - 1,):
+                return None
+            if off.shape[0] and (int(off[0]) != 0 or int(off[-1]) != blob.shape[0]
+                                 or bool((np.diff(off) < 0).any())):
+                return None
+            raw = blob.tobytes()
+            try:
+                values = [None if none[i] else raw[off[i]:off[i + 1]].decode("utf-8") for i in range(none.shape[0])]
+            except UnicodeDecodeError:
+                return None
+            table = {v: i for i, v in enumerate(values)}
+            if len(table) != len(values):
+                return None
+            codes[col] = table
         self._codes = codes
         self.n = self._cap = n
         return self

@@ -493,3 +493,23 @@ def test_a_commit_by_another_process_around_an_own_write_is_not_swallowed(tmp_pa
     finally:
         a.close()
         b.close()
+
+
+def test_chunk_code_tables_live_in_arrays_not_the_header(tmp_path):
+    """400,000 distinct session ids (a UUID per chat is common) must still give a loadable file:
+    the code tables are arrays, the header stays small."""
+    import uuid
+
+    table = ChunkTable()
+    sessions = [str(uuid.UUID(int=i)) for i in range(400_000)] + ["sessión ünïcode", "line\nbreak"]
+    for s in sessions:
+        table._code_or_new("session", s)
+    table._code_or_new("user", "alice")
+    arrays, meta = table.to_arrays()
+    sidecar.save_arrays(tmp_path, "chunks", 7, arrays, meta)
+    snap = sidecar.load_arrays(tmp_path, "chunks", 7)
+    assert snap is not None
+    back = ChunkTable.from_arrays(snap.arrays, snap.meta)
+    assert back is not None
+    assert back._codes == table._codes  # None keeps code 0, every value its code
+    assert back.code("session", "line\nbreak") == table.code("session", "line\nbreak")
