@@ -51,14 +51,17 @@ class Config:
     q_init: float = 0.5
     q_alpha: float = 0.1
     q_gamma: float = 0.9
-    hebbian_start: float = 0.2
+    # a pair's first credit: half of SPEC §5's 0.2 (one co-retrieval is weak evidence that two memories
+    # belong together; a pair seen three times reaches 0.2). See README "The learning loop".
+    hebbian_start: float = 0.1
     hebbian_step: float = 0.05
     hebbian_cap: float = 1.0
     hebbian_idle_fade: float = 0.99
     hebbian_drop_below: float = 0.05
-    # a search credits co-occurrence pairs among its best this-many hits only (0 or 1: none);
-    # learned links are visible to the next search (SPEC §2), persisted with the queued reinforcement
-    hebbian_top: int = 3
+    # a search credits co-occurrence pairs among its best this-many hits only (0 or 1: none; SPEC §5
+    # credits every co-retrieved pair): the third hit is more often a non-answer than the first two.
+    # Learned links are visible to the next search (SPEC §2), persisted with the queued reinforcement.
+    hebbian_top: int = 2
     # ... and only between hits of the same session (what plausibly belongs together: pairing the best
     # hits across sessions cost LoCoMo-dev recall@10 with reinforcement on, 0.756 -> 0.707)
     hebbian_same_session: bool = True

