@@ -132,7 +132,6 @@ PG_SKIPS: dict[str, str] = {
     "(the PG equivalent: test_postgres.py::test_newer_schema_is_refused_untouched)",
     "test_memory.py::test_migrations_are_idempotent": "WAL journal mode of the file",
     "test_cli.py::test_bad_input_is_a_clear_error_with_exit_code_2": "a text file given as --db is not SQLite",
-    "test_background_embedding.py::": _SQLITE3_READ + " (counts vectors with plain sqlite3)",
     "test_durability.py::test_sigkill_mid_record_many": "SIGKILL of a SQLite file writer; " + _SQLITE3_READ,
     "test_judges.py::test_llm_judge_is_called_outside_the_write_transaction": "the judge writes the file with "
     "sqlite3 to prove no SQLite write lock is held",
@@ -140,14 +139,12 @@ PG_SKIPS: dict[str, str] = {
     "test_sleep.py::test_sigkill_mid_sleep_leaves_the_store_unchanged": "SIGKILL of a SQLite file writer; "
     + _SQLITE3_READ,
     "test_trust_cli.py::test_demo_db_writes_the_demo_into_that_file": _SQLITE3_READ,
-    "test_trust_clock.py::": _SQLITE3_READ + " (the sleep bookkeeping in meta)",
     "test_trust_errors.py::test_corrupted_pages_give_a_store_error": "damaged SQLite pages",
     "test_trust_errors.py::test_truncated_file_gives_a_store_error": "a truncated SQLite file",
     "test_trust_errors.py::test_disk_full_is_a_store_error": "a file-size limit on the SQLite file",
     "test_trust_files.py::": "foreign SQLite files, application_id, file permissions",
     "test_trust_lock.py::": "SQLite file locks held by another process, a read-only file",
     "test_trust_purge.py::test_purge_removes_the_bytes_from_the_file": "deleted bytes on the SQLite file's pages",
-    "test_trust_scope.py::": _SQLITE3_READ + " (scope isolation on PG: test_postgres.py::test_scopes_are_isolated)",
     "test_change_seq.py::test_another_process_write_is_seen_and_the_value_persists": "opens the file with "
     "SQLiteStore directly (PG: test_postgres.py::test_data_version_changes_only_for_other_connections)",
     "test_change_seq.py::test_two_copies_of_one_file_part_ways": "copies the SQLite file (a restore from a "

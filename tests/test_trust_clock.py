@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import sqlite3
 import time
 
 import pytest
 
 from causalmem import Memory
+import rawdb
 
 MS_NOW = time.time() * 1000.0  # a millisecond clock: the classic mistake
 
@@ -31,7 +31,7 @@ def test_sleep_now_outside_the_plausible_window_is_refused(db_path, bad):
         with pytest.raises(ValueError, match="now"):
             m.sleep(now=bad)
         assert len(m.edges()) == 20  # nothing retired
-        con = sqlite3.connect(db_path)
+        con = rawdb.connect(db_path)
         assert con.execute("SELECT value FROM meta WHERE key = 'last_sleep_at'").fetchall() == []
         con.close()
 
@@ -50,7 +50,7 @@ def test_sleep_never_stores_a_future_last_sleep_at(db_path):
     with Memory(db_path, embedder=None, clock=lambda: future) as m:
         m.record_decision("d", "o")
         m.sleep()
-    con = sqlite3.connect(db_path)
+    con = rawdb.connect(db_path)
     stored = float(con.execute("SELECT value FROM meta WHERE key = 'last_sleep_at'").fetchone()[0])
     con.close()
     assert stored <= time.time() + 1
@@ -60,8 +60,9 @@ def test_a_future_last_sleep_at_already_stored_does_not_switch_decay_off(db_path
     """A file poisoned by an older version (last_sleep_at = 1.8e12) decays again."""
     with Memory(db_path, embedder=None, clock=clock) as m:
         e = m.record_decision("d", "o", confidence=0.9)
-    con = sqlite3.connect(db_path)
-    con.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('last_sleep_at', '1.8e12')")
+    con = rawdb.connect(db_path)
+    con.execute("INSERT INTO meta (key, value) VALUES ('last_sleep_at', '1.8e12') "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value")
     con.commit()
     con.close()
     clock.advance(90 * 86400)

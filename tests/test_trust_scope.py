@@ -6,7 +6,6 @@ scope's chunk and never changes another scope's data. A scope is the full
 """
 from __future__ import annotations
 
-import sqlite3
 import tempfile
 from pathlib import Path
 
@@ -15,20 +14,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from causalmem import Memory
+import rawdb
 
 
 def _cross_scope_links(path) -> list[tuple]:
     """Every edge or co-occurrence pair of the file whose two chunks have different scopes."""
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    con = rawdb.connect(path, read_only=True)
     try:
         edges = con.execute(
             "SELECT 'edge', e.relation, s.text, d.text FROM edges e JOIN chunks s ON s.nid = e.src "
-            "JOIN chunks d ON d.nid = e.dst WHERE s.user_id IS NOT d.user_id OR s.agent_id IS NOT d.agent_id "
-            "OR s.run_id IS NOT d.run_id").fetchall()
+            "JOIN chunks d ON d.nid = e.dst WHERE s.user_id IS DISTINCT FROM d.user_id OR s.agent_id IS DISTINCT FROM d.agent_id "
+            "OR s.run_id IS DISTINCT FROM d.run_id").fetchall()
         co = con.execute(
             "SELECT 'cooccurrence', c.weight, s.text, d.text FROM cooccurrence c JOIN chunks s ON s.nid = c.a "
-            "JOIN chunks d ON d.nid = c.b WHERE s.user_id IS NOT d.user_id OR s.agent_id IS NOT d.agent_id "
-            "OR s.run_id IS NOT d.run_id").fetchall()
+            "JOIN chunks d ON d.nid = c.b WHERE s.user_id IS DISTINCT FROM d.user_id OR s.agent_id IS DISTINCT FROM d.agent_id "
+            "OR s.run_id IS DISTINCT FROM d.run_id").fetchall()
     finally:
         con.close()
     return edges + co
@@ -36,9 +36,9 @@ def _cross_scope_links(path) -> list[tuple]:
 
 def _scope_data(path, user_id) -> dict:
     """Everything stored about the chunks of users other than ``user_id`` (None = unscoped chunks)."""
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    con = rawdb.connect(path, read_only=True)
     try:
-        nids = [r[0] for r in con.execute("SELECT nid FROM chunks WHERE user_id IS NOT ?", (user_id,))]
+        nids = [r[0] for r in con.execute("SELECT nid FROM chunks WHERE user_id IS DISTINCT FROM ?", (user_id,))]
         q = ",".join("?" * len(nids)) or "NULL"
         return {
             "chunks": con.execute(f"SELECT * FROM chunks WHERE nid IN ({q}) ORDER BY nid", nids).fetchall(),
