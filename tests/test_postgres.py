@@ -45,7 +45,7 @@ def test_a_dsn_selects_postgres_and_a_path_keeps_sqlite(pg_dsn, tmp_path):
         assert isinstance(mem._store, PostgresStore)
         mem.record_decision("deploy without tests", "production crash")
         assert [a.text for a in mem.search_causal("deploy without tests")] == ["production crash"]
-        assert mem.stats()["schema_version"] == 2
+        assert mem.stats()["schema_version"] == 3
     if os.environ.get("CAUSALMEM_TEST_BACKEND") != "postgres":  # that run maps every path to PostgreSQL
         assert isinstance(open_store(tmp_path / "m.db"), SQLiteStore)
         assert isinstance(open_store(":memory:"), SQLiteStore)
@@ -88,6 +88,39 @@ def test_newer_schema_is_refused_untouched(pg_dsn):
         with pytest.raises(SchemaVersionError, match="99"):
             Memory(pg_dsn, embedder=None)
         assert conn.execute(f"SELECT * FROM {schema}.causalmem_state").fetchall() == state
+
+
+def _indexes(conn, schema: str) -> dict[str, str]:
+    return dict(conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s", (schema,)).fetchall())
+
+
+def test_a_schema_2_memory_is_migrated_to_3_in_place(pg_dsn):
+    """A memory left at schema 2 (its indexes as version 2 made them) is brought to 3 at the next
+    open: the session index partial, edges_src gone, the superseded-edge indexes there; rows kept."""
+    with Memory(pg_dsn, embedder=None) as mem:
+        e = mem.record_decision("shard the queue", "latency halved")
+        old = mem.record_decision("cache the token", "stale sessions")
+        mem.link(e.dst, old.dst, "supersedes")
+    conn, schema = _admin(pg_dsn)
+    with conn:
+        conn.execute(f"SET search_path TO {schema}")
+        conn.execute("DROP INDEX chunks_session; DROP INDEX edges_superseded; DROP INDEX edges_superseding; "
+                     "CREATE INDEX chunks_session ON chunks(session_id, nid); CREATE INDEX edges_src ON edges(src); "
+                     "UPDATE causalmem_state SET schema_version = 2")
+        assert "edges_src" in _indexes(conn, schema)
+        with Memory(pg_dsn, embedder=None) as mem:
+            assert mem.stats()["schema_version"] == 3
+            assert [a.text for a in mem.search_causal("shard the queue")] == ["latency halved"]
+            assert mem.search_causal("cache the token")[0].superseded_by == e.dst
+        idx = _indexes(conn, schema)
+        assert "edges_src" not in idx
+        assert "WHERE (session_id IS NOT NULL)" in idx["chunks_session"]
+        assert "superseded_by IS NOT NULL" in idx["edges_superseded"]
+        assert "invalidates" in idx["edges_superseding"]
+        conn.execute("SET enable_seqscan = off")  # a tiny table: ask whether the index can answer at all
+        plan = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN SELECT dst FROM edges WHERE valid_to IS NULL AND superseded_by IS NOT NULL").fetchall())
+        assert "edges_superseded" in plan  # the whole superseded set without a scan of every edge
 
 
 def test_another_applications_schema_is_refused_untouched(pg_dsn):

@@ -68,7 +68,7 @@ R = TypeVar("R")
 __all__ = ["PostgresStore", "RetryableStoreError", "SCHEMA_VERSION", "MIGRATIONS", "is_dsn", "DEFAULT_SCHEMA"]
 
 #: the same logical schema versions as the SQLite backend (an export names one number for both)
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_SCHEMA = "causalmem"
 #: first key of the two-key advisory locks ("CMem")
 LOCK_NAMESPACE = 0x434D656D
@@ -204,6 +204,20 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX edges_pair ON edges(src, dst, relation);
         """,
     ),
+    (
+        "leaner write-path indexes (as SQLite's schema 3), superseded-edge indexes",
+        # As the SQLite backend's schema 3: only turns need the session index, and edges_pair starts
+        # with src. The two partial indexes hold only the (few) edges that mark a chunk superseded,
+        # so the row cache's read of the whole superseded set costs that set, not a scan of the edges.
+        """
+        DROP INDEX IF EXISTS chunks_session;
+        CREATE INDEX chunks_session ON chunks(session_id, nid) WHERE session_id IS NOT NULL;
+        DROP INDEX IF EXISTS edges_src;
+        CREATE INDEX edges_superseded ON edges(dst) WHERE valid_to IS NULL AND superseded_by IS NOT NULL;
+        CREATE INDEX edges_superseding ON edges(dst)
+            WHERE valid_to IS NULL AND subtype IN ('invalidates', 'supersedes');
+        """,
+    ),
 ]
 OWN_TABLES = frozenset({"chunks", "edges", "cooccurrence", "facts", "embeddings", "chunk_history", "meta",
                         "changes", "causalmem_state"})
@@ -235,12 +249,37 @@ _SLEEP_EDGE_SELECT = (
     "(superseded_by IS NOT NULL)::int FROM edges WHERE valid_to IS NULL"
 )
 
-# binary COPY of the projection: fixed-width rows (field count, then length + value per field)
-_PROJ_ROW = np.dtype([("n", ">i2"), ("l1", ">i4"), ("eid", ">i8"), ("l2", ">i4"), ("src", ">i8"), ("l3", ">i4"),
-                      ("dst", ">i8"), ("l4", ">i4"), ("rel", ">i4"), ("l5", ">i4"), ("conf", ">f8")])
-_CO_ROW = np.dtype([("n", ">i2"), ("l1", ">i4"), ("a", ">i8"), ("l2", ">i4"), ("b", ">i8"), ("l3", ">i4"),
-                    ("w", ">f8")])
-_COPY_HEADER = 19  # signature (11) + flags (4) + header extension length (4)
+# binary array types read as raw bytes by ``_columns``: int8[], int4[], float8[]
+_RAW_ARRAY_OIDS = (1016, 1007, 1022)
+
+
+if psycopg is not None:
+    from psycopg.adapt import Loader
+    from psycopg.pq import Format
+
+    class _RawArrayLoader(Loader):
+        """An array column left as its binary wire form (parsed by ``_array_values``)."""
+
+        format = Format.BINARY
+
+        def load(self, data: Any) -> Any:
+            return data
+
+
+def _array_values(data: Any, code: str) -> np.ndarray:
+    """The elements of a one-dimensional binary array without NULLs (header: ndim, flags, element
+    type, then size and lower bound per dimension; each element: 4-byte length, value)."""
+    buf = bytes(data)
+    ndim = int.from_bytes(buf[0:4], "big")
+    if ndim == 0:
+        return np.empty(0, dtype=code)
+    if ndim != 1 or int.from_bytes(buf[4:8], "big"):
+        raise StoreError("unexpected array layout from the server")
+    n = int.from_bytes(buf[12:16], "big")
+    cells = np.frombuffer(buf, dtype=np.dtype([("len", ">i4"), ("v", code)]), offset=20)
+    if len(cells) != n or bool((cells["len"] != np.dtype(code).itemsize).any()):
+        raise StoreError("unexpected array layout from the server")
+    return cells["v"]
 
 
 def _int_array(values: Iterable[int]) -> str:
@@ -278,6 +317,65 @@ def _retryable(exc: BaseException) -> bool:
     return pg_errors is not None and isinstance(exc, (pg_errors.SerializationFailure, pg_errors.DeadlockDetected))
 
 
+#: most chunk rows a process mirrors (a store with more chunks is cached row by row, up to this many)
+ROW_CACHE_MAX = 250_000
+
+
+class _RowCache:
+    """This process's copy of the chunk rows a query reads (texts, ids, metadata, the superseded
+    set), so a query answers from memory like the SQLite backend's page cache does.
+
+    Exact with respect to ``upto``: every change with a sequence value up to it has been applied
+    (own commits from their change-log keys, other hosts' from ``foreign_changes``). ``complete``:
+    ``rows`` holds every chunk of the store except the nids in ``missing`` (changed, to be re-read),
+    so an exact-text lookup that finds nothing in ``by_hash`` is a true miss. A row is kept as the
+    tuple the server returned (``CHUNK_COLS`` + ``text_hash``); a ``ChunkRow`` is made when read."""
+
+    def __init__(self) -> None:
+        self.clear(0)
+
+    def clear(self, upto: int) -> None:
+        self.rows: dict[int, tuple] = {}
+        self.by_hash: dict[int, list[int]] = {}
+        self.complete = False
+        self.missing: set[int] = set()
+        self.superseded: dict[int, str] | None = None
+        self.upto = upto
+
+    def put(self, row: tuple) -> None:
+        nid, h = row[0], row[16]
+        if nid in self.rows:
+            self.drop(nid)
+        elif len(self.rows) >= ROW_CACHE_MAX:
+            self.clear(self.upto)
+        self.rows[nid] = row
+        self.missing.discard(nid)
+        bucket = self.by_hash.setdefault(h, [])
+        bucket.append(nid)
+        if len(bucket) > 1:
+            bucket.sort()
+
+    def drop(self, nid: int) -> None:
+        row = self.rows.pop(nid, None)
+        if row is not None:
+            h = row[16]
+            bucket = self.by_hash.get(h)
+            if bucket is not None:
+                bucket.remove(nid)
+                if not bucket:
+                    del self.by_hash[h]
+
+    def invalidate(self, changes: Mapping[str, Sequence[int]]) -> None:
+        """Forget what the change-log keys say changed (kinds as ``foreign_changes`` returns them)."""
+        for kind in ("ci", "cu", "cd"):
+            for nid in changes.get(kind, ()):
+                self.drop(int(nid))
+                if self.complete:
+                    self.missing.add(int(nid))
+        if any(k[0] == "e" or k in ("cu", "cd") for k in changes):
+            self.superseded = None  # edges or a superseding chunk's liveness changed
+
+
 class PostgresStore:
     """One psycopg connection to one causalmem schema of a PostgreSQL database."""
 
@@ -309,6 +407,10 @@ class PostgresStore:
         self._own: set[int] = set()  # sequence values of this object's own commits not yet synced past
         self._listener: Any = None
         self.channel = f"causalmem_{self.schema}"
+        self._cache = _RowCache()
+        self._tls = threading.local()  # per thread: public-call depth, seq checked in this call
+        self._tx_changes: dict[str, list[int]] | None = None  # the committing transaction's change-log keys
+        self._staged: list[tuple] = []  # chunks inserted by the open transaction (as the row cache keeps them)
         try:
             self.conn: Any = psycopg.connect(conninfo, autocommit=True, connect_timeout=max(1, int(connect_timeout_s)),
                                         application_name="causalmem")
@@ -410,10 +512,30 @@ class PostgresStore:
 
     @contextlib.contextmanager
     def errors(self) -> Iterator[None]:
+        """Around every public ``Memory`` call: raw driver errors become ``StoreError``; a call starts
+        with the row cache closed to it until it has checked the change sequence (``data_version``)."""
+        tls = self._tls
+        depth = getattr(tls, "calls", 0)
+        if depth == 0:
+            tls.fresh = False
+        tls.calls = depth + 1
         try:
             yield
         except psycopg.Error as exc:
             raise self._store_error(exc) from exc
+        finally:
+            tls.calls = depth
+
+    def _cached(self) -> _RowCache | None:
+        """The row cache, when this read may answer from it: outside a write transaction (which sees
+        its own uncommitted rows), in a public call that has checked the change sequence (so another
+        host's commit before this call is known), with every change up to that check applied."""
+        if self._depth > 0 or not getattr(self._tls, "fresh", False):
+            return None
+        cache = self._cache
+        if cache.upto < self._seen_seq:  # changes noticed but not read from the log: start over
+            cache.clear(self._seen_seq)
+        return cache
 
     def _ensure_open(self) -> None:
         if self._closed:
@@ -438,6 +560,7 @@ class PostgresStore:
                     self._depth -= 1
                 return
             self.committed_seq = None
+            self._staged, self._tx_changes = [], None
             try:
                 with self.conn.transaction():
                     self._begin_write(wait)
@@ -472,6 +595,10 @@ class PostgresStore:
         if self.conn.execute("SELECT pg_current_xact_id_if_assigned() IS NULL").fetchone()[0]:
             return None
         seq = int(self.conn.execute("UPDATE causalmem_state SET seq = seq + 1 RETURNING seq").fetchone()[0])
+        # what this transaction changed, for the row cache (chunk keys; edges: the kind is enough)
+        self._tx_changes = {kind: keys or [] for kind, keys in self.conn.execute(
+            "SELECT kind, CASE WHEN kind LIKE 'c%%' THEN array_agg(key) END FROM changes WHERE seq = %s "
+            "GROUP BY kind", (self._tx_seq,)).fetchall()}
         if seq % 256 == 0:  # keep the change log short
             floor = seq - LOG_KEEP
             self.conn.execute("DELETE FROM changes WHERE seq <= %s", (floor,))
@@ -481,6 +608,15 @@ class PostgresStore:
 
     def _committed(self, seq: int) -> None:
         self.committed_seq = seq
+        cache, changes = self._cache, self._tx_changes or {}
+        cache.invalidate(changes)
+        inserted = set(changes.get("ci", ())) - set(changes.get("cu", ()))
+        for row in self._staged:  # inserted and untouched since: the row as written (the last one per nid)
+            if row[0] in inserted:
+                cache.put(row)
+        self._staged, self._tx_changes = [], None
+        if cache.upto == seq - 1:
+            cache.upto = seq
         # writers are serialized and each advances the sequence by one: a gap means another
         # connection committed since we last looked
         if seq != self._seen_seq + 1:
@@ -569,6 +705,7 @@ class PostgresStore:
             if seq != self._seen_seq:
                 self._seen_seq = seq
                 self._foreign += 1
+            self._tls.fresh = True
             return self._foreign
 
     def foreign_changes(self) -> dict[str, list[int]] | None:
@@ -593,9 +730,17 @@ class PostgresStore:
                     floor = int(key)
                 else:
                     out.setdefault(kind, set()).add(int(key))
+            cache = self._cache
             if floor is None or after < floor:
+                cache.clear(upto)
                 return None
-            return {k: sorted(v) for k, v in out.items()}
+            delta = {k: sorted(v) for k, v in out.items()}
+            if cache.upto < after:
+                cache.clear(upto)
+            else:
+                cache.invalidate(delta)
+                cache.upto = max(cache.upto, upto)
+            return delta
 
     def wait_for_change(self, timeout: float) -> bool:
         """Block until another connection commits a write (LISTEN/NOTIFY) or ``timeout`` seconds
@@ -655,9 +800,26 @@ class PostgresStore:
         return ChunkRow._make(rows[0]) if rows else None
 
     def chunk_rows_by_nid(self, nids: Sequence[int]) -> dict[int, ChunkRow]:
-        rows = self.query(f"SELECT {CHUNK_COLS} FROM chunks WHERE nid = ANY(%s) ORDER BY nid",
-                          ([int(n) for n in nids],))
-        return {r[0]: ChunkRow._make(r) for r in rows}
+        with self._lock:
+            cache = self._cached()
+            if cache is None:
+                rows = self.query(f"SELECT {CHUNK_COLS}, text_hash FROM chunks WHERE nid = ANY(%s) ORDER BY nid",
+                                  ([int(n) for n in nids],))
+                if self._depth == 0:  # committed rows: the cache may keep them
+                    for r in rows:
+                        self._cache.put(r)
+                return {r[0]: ChunkRow._make(r) for r in rows}
+            return {n: ChunkRow._make(r) for n, r in self._rows_from(cache, sorted({int(n) for n in nids})).items()}
+
+    def _rows_from(self, cache: _RowCache, nids: list[int]) -> dict[int, tuple]:
+        """Cached rows of ascending ``nids``, reading the ones the cache lacks in one round trip."""
+        rows = cache.rows
+        want = [n for n in nids if n not in rows and (not cache.complete or n in cache.missing)]
+        if want:
+            for r in self.query(f"SELECT {CHUNK_COLS}, text_hash FROM chunks WHERE nid = ANY(%s)", (want,)):
+                cache.put(r)
+            cache.missing.difference_update(want)  # the ones not returned are gone for good
+        return {n: rows[n] for n in nids if n in rows}
 
     def nid_of(self, chunk_id: str) -> int | None:
         return self._one("SELECT nid FROM chunks WHERE id = %s", (chunk_id,))
@@ -671,6 +833,17 @@ class PostgresStore:
 
     def find_reusable_chunk(self, text: str, user_id: str | None, agent_id: str | None,
                             run_id: str | None) -> ChunkKey | None:
+        with self._lock:
+            cache = self._cached()
+            if cache is not None and cache.complete:
+                if cache.missing:
+                    self._rows_from(cache, sorted(cache.missing))
+                for nid in cache.by_hash.get(text_hash(text), ()):
+                    r = cache.rows[nid]  # CHUNK_COLS order: text 2, kind 3, scope 8-10, valid_to 15
+                    if (r[2] == text and r[3] != "turn" and r[15] is None and r[8] == user_id
+                            and r[9] == agent_id and r[10] == run_id):
+                        return ChunkKey(nid, r[1])
+                return None
         rows = self.query(
             f"SELECT nid, id, text FROM chunks WHERE text_hash = %s AND {_SCOPE} AND kind <> 'turn' "
             "AND valid_to IS NULL ORDER BY nid LIMIT 4", (text_hash(text), user_id, agent_id, run_id))
@@ -716,7 +889,10 @@ class PostgresStore:
                f"session_id, (valid_to IS NULL)::int{', text' if with_text else ''} FROM chunks ORDER BY nid")
         with self._lock:
             self._ensure_open()
-            rows_all = self.conn.execute(sql).fetchall()
+            if with_text and self._depth == 0:  # the whole table is read anyway: mirror the rows too
+                rows_all = self._mirror_chunks()
+            else:
+                rows_all = self.conn.execute(sql).fetchall()
         for i in range(0, len(rows_all), batch):
             rows = rows_all[i:i + batch]
             c = list(zip(*rows))
@@ -724,7 +900,33 @@ class PostgresStore:
                                importance=c[5], user_id=c[6], agent_id=c[7], run_id=c[8], session_id=c[9],
                                alive=c[10], text=c[11] if with_text else None)
 
+    def _mirror_chunks(self) -> list[tuple]:
+        """Every chunk's ``chunk_columns`` fields (the caller reads the whole table): when the store
+        is small enough, read with the rest of each row in one snapshot, and the row cache becomes
+        a complete mirror as of that snapshot's change sequence."""
+        cols = ("SELECT nid, kind, created_at, event_time, q_value, importance, user_id, agent_id, run_id, "
+                "session_id, (valid_to IS NULL)::int, text")
+        with self._snapshot():
+            seq, n = self.conn.execute(
+                "SELECT seq, (SELECT COUNT(*) FROM chunks) FROM causalmem_state").fetchone()
+            if n > ROW_CACHE_MAX:
+                return self.conn.execute(cols + " FROM chunks ORDER BY nid").fetchall()
+            full = self.conn.execute(
+                f"SELECT {CHUNK_COLS}, text_hash FROM chunks ORDER BY nid").fetchall()
+        cache = self._cache
+        cache.clear(int(seq))
+        for r in full:
+            cache.put(r)
+        cache.complete = True
+        # nid, kind, created_at, event_time, q_value, importance, user_id, agent_id, run_id, session_id, alive, text
+        return [(r[0], r[3], r[6], r[7], r[4], r[5], r[8], r[9], r[10], r[11], int(r[15] is None), r[2])
+                for r in full]
+
     def texts_of(self, nids: Sequence[int]) -> list[tuple[int, str]]:
+        with self._lock:
+            cache = self._cached()
+            if cache is not None:
+                return [(n, r[2]) for n, r in self._rows_from(cache, sorted({int(x) for x in nids})).items()]
         return self.query("SELECT nid, text FROM chunks WHERE nid = ANY(%s) ORDER BY nid", ([int(n) for n in nids],))
 
     def chunk_texts(self, nids: Sequence[int]) -> dict[int, str]:
@@ -787,12 +989,25 @@ class PostgresStore:
                      chunk_id: str | None = None) -> ChunkKey:
         cid = chunk_id or new_id()
         nid = self._next_key("chunks", "nid")
+        h, meta = text_hash(text), json.dumps(dict(metadata or {}), ensure_ascii=False)
         self._x(
             "INSERT INTO chunks (nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, "
             "user_id, agent_id, run_id, session_id, metadata) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            (nid, cid, text, text_hash(text), kind, created_at, event_time, q_value, importance, user_id,
-             agent_id, run_id, session_id, json.dumps(dict(metadata or {}), ensure_ascii=False)))
+            (nid, cid, text, h, kind, created_at, event_time, q_value, importance, user_id,
+             agent_id, run_id, session_id, meta))
+        self._stage(nid, cid, text, h, kind, created_at, event_time, q_value, importance, user_id, agent_id, run_id,
+                    session_id, meta)
         return ChunkKey(nid, cid)
+
+    def _stage(self, nid: int, cid: str, text: str, h: int, kind: str, created_at: float, event_time: float | None,
+               q_value: float, importance: float, user_id: str | None, agent_id: str | None, run_id: str | None,
+               session_id: str | None, metadata: str) -> None:
+        """Remember an inserted chunk's row as the server will hold it (the row cache takes it at
+        commit, when the change log confirms the insert)."""
+        self._staged.append((
+            nid, cid, text, kind, float(q_value), float(importance), float(created_at),
+            None if event_time is None else float(event_time), user_id, agent_id, run_id, session_id, metadata, 0,
+            None, None, h))
 
     def _copy_in(self, table: str, columns: str, rows: Iterable[Sequence[Any]]) -> None:
         with self.conn.cursor() as cur:
@@ -805,14 +1020,15 @@ class PostgresStore:
             return []
         base = self._next_key("chunks", "nid") - 1
         ids = new_ids(len(rows))
-        self._copy_in(
-            "chunks", "nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, user_id, "
-            "agent_id, run_id, session_id, metadata",
-            ((base + 1 + i, ids[i], r["text"], r.get("text_hash") or text_hash(r["text"]), r["kind"], r["created_at"],
-              r.get("event_time"), r["q_value"], r.get("importance", 5.0), r.get("user_id"), r.get("agent_id"),
-              r.get("run_id"), r.get("session_id"),
-              json.dumps(r["metadata"], ensure_ascii=False) if r.get("metadata") else "{}")
-             for i, r in enumerate(rows)))
+        values = [(base + 1 + i, ids[i], r["text"], r.get("text_hash") or text_hash(r["text"]), r["kind"],
+                   r["created_at"], r.get("event_time"), r["q_value"], r.get("importance", 5.0), r.get("user_id"),
+                   r.get("agent_id"), r.get("run_id"), r.get("session_id"),
+                   json.dumps(r["metadata"], ensure_ascii=False) if r.get("metadata") else "{}")
+                  for i, r in enumerate(rows)]
+        self._copy_in("chunks", "nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, "
+                      "user_id, agent_id, run_id, session_id, metadata", values)
+        for v in values:
+            self._stage(*v)
         return [ChunkKey(base + 1 + i, ids[i]) for i in range(len(rows))]
 
     def set_chunk_deleted(self, nid: int, now: float) -> None:
@@ -826,6 +1042,11 @@ class PostgresStore:
                 "SELECT nid, 'delete', text, NULL, %s FROM chunks WHERE nid = %s", (now, nid))
 
     def chunk_metadata(self, nids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        with self._lock:
+            cache = self._cached()
+            if cache is not None:
+                got = self._rows_from(cache, sorted({int(x) for x in nids}))
+                return {n: json.loads(r[12]) if r[12] else {} for n, r in got.items()}
         rows = self.query("SELECT nid, metadata FROM chunks WHERE nid = ANY(%s)", ([int(n) for n in nids],))
         return {r[0]: json.loads(r[1]) if r[1] else {} for r in rows}
 
@@ -932,14 +1153,25 @@ class PostgresStore:
 
     def superseded_chunks(self, nids: Sequence[int]) -> dict[int, str]:
         ids = [int(n) for n in nids]
+        with self._lock:
+            cache = self._cached()
+            if cache is not None:  # the whole (small) superseded set, read once per change of the edges
+                if cache.superseded is None:
+                    cache.superseded = self._superseded(None)
+                sup = cache.superseded
+                return {n: sup[n] for n in ids if n in sup}
+        return self._superseded(ids)
+
+    def _superseded(self, ids: list[int] | None) -> dict[int, str]:
+        where = "e.dst = ANY(%s) AND " if ids is not None else ""
         out: dict[int, str] = {}
         rows = self.query(
             "SELECT e.dst, d.id FROM edges e JOIN edges n ON n.id = e.superseded_by "
-            "JOIN chunks d ON d.nid = n.dst WHERE e.dst = ANY(%s) AND e.valid_to IS NULL "
+            f"JOIN chunks d ON d.nid = n.dst WHERE {where}e.valid_to IS NULL "
             "AND e.superseded_by IS NOT NULL AND n.dst <> e.dst AND n.relation <> 'meta' "
             "UNION ALL SELECT e.dst, s.id FROM edges e JOIN chunks s ON s.nid = e.src "
-            "WHERE e.dst = ANY(%s) AND e.valid_to IS NULL AND e.subtype IN ('invalidates', 'supersedes') "
-            "AND s.valid_to IS NULL", (ids, ids))
+            f"WHERE {where}e.valid_to IS NULL AND e.subtype IN ('invalidates', 'supersedes') "
+            "AND s.valid_to IS NULL", (ids, ids) if ids is not None else None)
         for nid, by in rows:
             out.setdefault(nid, by)
         return out
@@ -957,40 +1189,40 @@ class PostgresStore:
             "AND e.relation IN ('caused', 'enabled', 'prevented') AND (e.discovered_at > %s OR s.created_at > %s) "
             "LIMIT 1", (since, since)))
 
-    def _copy_binary(self, sql: str) -> bytes:
-        buf = bytearray()
-        with self.conn.cursor() as cur:
-            with cur.copy(f"COPY ({sql}) TO STDOUT (FORMAT BINARY)") as cp:
-                for block in cp:
-                    buf += block
-        return bytes(buf)
-
-    @staticmethod
-    def _rows_of(data: bytes, dtype: np.dtype) -> np.ndarray:
-        body = data[_COPY_HEADER:-2] if len(data) >= _COPY_HEADER + 2 else b""
-        if len(body) % dtype.itemsize:
-            raise StoreError("unexpected binary COPY layout from the server")
-        return np.frombuffer(body, dtype=dtype)
+    def _columns(self, table: str, columns: Sequence[tuple[str, str]], where: str = "TRUE") -> list[np.ndarray]:
+        """Columns of ``table`` as numpy arrays in one round trip: the server aggregates each column
+        into an array (``array_agg``, one group per 2^26 rows, under the 1 GB value limit) that
+        arrives in its binary form and is read in place; no Python object per row.
+        ``columns``: (SQL column, big-endian numpy type code) pairs."""
+        key = columns[0][0]
+        with self.conn.cursor(binary=True) as cur:
+            for oid in _RAW_ARRAY_OIDS:
+                cur.adapters.register_loader(oid, _RawArrayLoader)
+            groups = cur.execute(
+                "SELECT " + ", ".join(f"array_agg({c})" for c, _ in columns) + f" FROM {table} WHERE {where} "
+                f"GROUP BY {key} >> 26 ORDER BY {key} >> 26").fetchall()
+        if not groups:
+            return [np.empty(0, dtype=code) for _, code in columns]
+        out = []
+        for i, (_, code) in enumerate(columns):
+            parts = [_array_values(g[i], code) for g in groups]
+            out.append(np.concatenate(parts) if len(parts) != 1 else parts[0])
+        return out
 
     def projection_arrays(self) -> dict[str, Any]:
         with self._lock, self._snapshot():
             try:
                 max_nid = self.conn.execute("SELECT COALESCE(MAX(nid), 0) FROM chunks").fetchone()[0]
-                raw = self._rows_of(self._copy_binary(
-                    "SELECT eid, src, dst, rel_code, confidence FROM edges WHERE valid_to IS NULL"), _PROJ_ROW)
-                raw_co = self._rows_of(self._copy_binary("SELECT a, b, weight FROM cooccurrence"), _CO_ROW)
+                eid, src, dst, rel, conf = self._columns(
+                    "edges", (("eid", ">i8"), ("src", ">i8"), ("dst", ">i8"), ("rel_code", ">i4"),
+                              ("confidence", ">f8")), "valid_to IS NULL")
+                a, b, w = self._columns("cooccurrence", (("a", ">i8"), ("b", ">i8"), ("weight", ">f8")))
             except psycopg.Error as exc:
                 raise self._store_error(exc, "reading the graph") from exc
-        arr = np.empty(len(raw), dtype=PROJECTION_EDGE_DTYPE)
-        arr["eid"] = raw["eid"]
-        arr["src"] = raw["src"]
-        arr["dst"] = raw["dst"]
-        arr["rel"] = raw["rel"]
-        arr["conf"] = raw["conf"]
-        co = np.empty(len(raw_co), dtype=PROJECTION_CO_DTYPE)
-        co["a"] = raw_co["a"]
-        co["b"] = raw_co["b"]
-        co["w"] = raw_co["w"]
+        arr = np.empty(len(eid), dtype=PROJECTION_EDGE_DTYPE)
+        arr["eid"], arr["src"], arr["dst"], arr["rel"], arr["conf"] = eid, src, dst, rel, conf
+        co = np.empty(len(a), dtype=PROJECTION_CO_DTYPE)
+        co["a"], co["b"], co["w"] = a, b, w
         return {"n_nodes": int(max_nid) + 1, "edges": arr, "co": co}
 
     def sleep_edge_arrays(self, *, relations: Sequence[str] | None = None) -> np.ndarray:

@@ -1,0 +1,170 @@
+"""PostgreSQL: queries answer from this process's copy of the rows (the row cache of
+``store/postgres.py``) with one round trip to learn whether anything changed, and that copy
+follows every change, made here or by another host, exactly.
+
+Real server (tests/pg_cluster.py); the statements are counted on the real connection.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+psycopg = pytest.importorskip("psycopg")
+
+from causalmem import Memory  # noqa: E402
+from causalmem.store.postgres import PostgresStore  # noqa: E402
+
+
+class Statements:
+    """Counts the statements sent on one connection (``Cursor.execute`` and ``copy``)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, conn) -> None:
+        self.sent: list[str] = []
+        execute, copy = psycopg.Cursor.execute, psycopg.Cursor.copy
+
+        def counted_execute(cur, query, *args, **kwargs):
+            if cur.connection is conn:
+                self.sent.append(str(query))
+            return execute(cur, query, *args, **kwargs)
+
+        def counted_copy(cur, statement, *args, **kwargs):
+            if cur.connection is conn:
+                self.sent.append(str(statement))
+            return copy(cur, statement, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted_execute)
+        monkeypatch.setattr(psycopg.Cursor, "copy", counted_copy)
+
+
+def _answers(mem: Memory, queries: list[str]) -> list:
+    """What ``mem`` answers: causal spreading, hits with ids/texts/metadata/supersession, a metadata filter."""
+    out = []
+    for q in queries:
+        out.append([(a.node_id, a.text, a.superseded_by) for a in mem.search_causal(q)])
+        out.append([(h.id, h.text, h.metadata, h.superseded_by, h.kind)
+                    for h in mem.search(q, channels=("lexical", "graph"), reinforce=False)])
+        out.append([h.id for h in mem.search(q, channels=("lexical",), reinforce=False,
+                                            metadata={"team": "core"})])
+    return out
+
+
+def test_an_unchanged_memory_answers_each_query_with_one_round_trip(pg_dsn, monkeypatch):
+    with Memory(pg_dsn, embedder=None) as mem:
+        edges = mem.record_many([(f"decision {i} about caching", f"outcome {i} of caching") for i in range(300)])
+        mem.link(edges[3].dst, edges[4].dst, "supersedes")
+        mem.update(edges[7].src, metadata={"team": "core"})
+        mem.search_causal("decision 1 about caching")  # builds the views
+        mem.search("outcome 2", channels=("lexical", "graph"), reinforce=False)
+        count = Statements(monkeypatch, mem._store.conn)
+        for i in range(20):
+            before = len(count.sent)
+            got = mem.search_causal(f"decision {i} about caching")
+            assert [a.text for a in got][:1] == [f"outcome {i} of caching"]
+            hits = mem.search(f"outcome {i} of caching", channels=("lexical", "graph"), reinforce=False)
+            assert f"outcome {i} of caching" in [h.text for h in hits]
+            meta = mem.search("caching", channels=("lexical",), reinforce=False, metadata={"team": "core"})
+            assert [h.text for h in meta] == ["decision 7 about caching"]
+            sent = count.sent[before:]
+            assert sent == ["SELECT seq FROM causalmem_state"] * 3, sent  # one check per query, nothing else
+        assert mem.search_causal("decision 4 about caching")[0].superseded_by == edges[3].dst
+
+
+def test_cached_rows_follow_every_change_made_here_or_on_another_host(pg_dsn):
+    """Random writes on two hosts; after each, this host's answers equal those of a memory opened
+    afresh on the same database (which has no cache)."""
+    rnd = random.Random(5)
+    a = Memory(pg_dsn, embedder=None)
+    b = Memory(pg_dsn, embedder=None)
+    try:
+        edges = a.record_many([(f"plan {i} for the rollout", f"result {i} of the rollout") for i in range(40)])
+        chunks = [e.src for e in edges] + [e.dst for e in edges]
+        live_edges = [e.id for e in edges]
+        queries = ["plan 3 for the rollout", "result 5 of the rollout", "rollout", "plan 11 for the rollout",
+                   "brand new plan", "renamed"]
+        assert a.search_causal(queries[0])  # views and the row mirror built
+        for step in range(40):
+            host = a if rnd.random() < 0.4 else b
+            op = rnd.choice(["record", "update", "metadata", "delete", "invalidate", "supersede", "restore"])
+            live = [c for c in chunks if host.get(c).valid]
+            if op == "record":
+                e = host.record_decision(f"brand new plan {step}", f"brand new result {step}")
+                chunks += [e.src, e.dst]
+                live_edges.append(e.id)
+            elif op == "update" and live:
+                host.update(rnd.choice(live), f"renamed plan {step} for the rollout")
+            elif op == "metadata" and live:
+                host.update(rnd.choice(live), metadata={"team": rnd.choice(["core", "edge"])})
+            elif op == "delete" and len(live) > 10:
+                host.delete(rnd.choice(live))
+            elif op == "invalidate" and live_edges:
+                eid = rnd.choice(live_edges)
+                if host.get_edge(eid).valid:
+                    host.invalidate(eid)
+            elif op == "restore" and live_edges:
+                eid = rnd.choice(live_edges)
+                if not host.get_edge(eid).valid and host.get_edge(eid).invalid_reason != "chunk deleted":
+                    host.restore(eid)
+            elif op == "supersede" and len(live) > 2:
+                s, d = rnd.sample(live, 2)
+                host.link(s, d, "supersedes")
+            with Memory(pg_dsn, embedder=None) as fresh:
+                assert _answers(a, queries) == _answers(fresh, queries), (step, op)
+                assert _answers(b, queries) == _answers(fresh, queries), (step, op)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_write_rolled_back_leaves_nothing_in_the_cache(pg_dsn, monkeypatch):
+    with Memory(pg_dsn, embedder=None) as mem:
+        mem.record_many([(f"known decision {i}", f"known outcome {i}") for i in range(20)])
+        assert mem.search_causal("known decision 1")
+
+        def fail(rows):
+            raise RuntimeError("the connection dropped mid-batch")
+
+        monkeypatch.setattr(mem._store, "insert_edges_bulk", fail)  # after the chunks were inserted
+        with pytest.raises(RuntimeError):
+            mem.record_many([("xylophone quorum", "zephyr verdict"), ("known decision 1", "other outcome")])
+        monkeypatch.undo()
+        assert mem.search_causal("xylophone quorum") == []
+        assert [h.text for h in mem.search("xylophone", channels=("lexical",), reinforce=False)] == []
+        e = mem.record_decision("xylophone quorum", "real outcome")  # the nids are taken again, for real
+        assert [a.text for a in mem.search_causal("xylophone quorum")] == ["real outcome"]
+        assert mem.get(e.src).text == "xylophone quorum"
+
+
+def test_another_hosts_text_change_is_seen_by_the_next_query_not_a_cached_copy(pg_dsn):
+    a = Memory(pg_dsn, embedder=None)
+    b = Memory(pg_dsn, embedder=None)
+    try:
+        e = a.record_decision("turn off the cache", "stale reads gone")
+        assert [x.text for x in a.search_causal("turn off the cache")] == ["stale reads gone"]
+        b.update(e.dst, "stale reads gone for good")
+        assert [x.text for x in a.search_causal("turn off the cache")] == ["stale reads gone for good"]
+        b.update(e.src, "enable memoization everywhere")
+        assert a.search_causal("turn off the cache") == []  # the exact text is gone
+        assert [x.text for x in a.search_causal("enable memoization everywhere")] == ["stale reads gone for good"]
+        # a public call that does not check the change sequence first reads the server, not the cache
+        b.update(e.dst, "third text", metadata={"v": 3})
+        got = a.get_all()
+        assert {c.text for c in got} == {"enable memoization everywhere", "third text"}
+        assert a.get(e.dst).metadata == {"v": 3}
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_store_too_large_to_mirror_still_answers_exactly(pg_dsn, monkeypatch):
+    import causalmem.store.postgres as pg
+
+    monkeypatch.setattr(pg, "ROW_CACHE_MAX", 50)  # rows cached one by one, evicted; exact text via SQL
+    with Memory(pg_dsn, embedder=None) as mem:
+        assert isinstance(mem._store, PostgresStore)
+        mem.record_many([(f"step {i} of the migration", f"effect {i} of the migration") for i in range(120)])
+        for i in range(0, 120, 7):
+            assert [a.text for a in mem.search_causal(f"step {i} of the migration")][:1] == \
+                [f"effect {i} of the migration"]
+        assert not mem._store._cache.complete
+        assert len(mem._store._cache.rows) <= 50
