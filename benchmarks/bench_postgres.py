@@ -1,24 +1,35 @@
 """PostgreSQL backend vs SQLite, side by side in one run (issue 14 targets).
 
-    python benchmarks/bench_postgres.py            # full run: 1M-edge rebuild (~5-10 min on 2 loaded cores)
+    python benchmarks/bench_postgres.py            # build the stores, then time (one process)
     python benchmarks/bench_postgres.py --quick    # small sizes, a smoke run
+
+On a shared machine, build the stores under one lock and time them under another, on one server
+and one work directory (what benchmarks/results/postgres.md was measured with)::
+
+    eval "$(python tests/pg_cluster.py start --durable)"
+    trap 'python tests/pg_cluster.py stop "$CAUSALMEM_TEST_PG_DIR"' EXIT
+    export CAUSALMEM_BENCH_PG_DSN=$CAUSALMEM_TEST_PG_DSN
+    /work/coord/heavy python benchmarks/bench_postgres.py --phase build --workdir /tmp/pgbench
+    /work/coord/quiet python benchmarks/bench_postgres.py --phase time --workdir /tmp/pgbench
 
 Starts a throwaway PostgreSQL cluster (tests/pg_cluster.py: fsync on, synchronous_commit off, the
 durability class of SQLite's WAL + synchronous=NORMAL) unless ``CAUSALMEM_BENCH_PG_DSN`` names a
 server. Every figure is a median over repeats measured in this one run, PostgreSQL and SQLite
 alternating, so the ratio column survives a noisy machine. Writes benchmarks/results/postgres.md.
 
-Measured:
+Measured (``Memory(target, embedder=None)``: the write and rebuild targets are model-free):
 * ``record_many`` throughput (edges/s, batches of 2,000 new decision->outcome pairs);
-* full projection rebuild from N edges (PostgreSQL: binary COPY into numpy; SQLite: packed SELECT);
-* ``search`` / ``search_causal`` latency (both answer from the in-process projection and indexes);
+* full projection rebuild from N edges (PostgreSQL: columns as binary arrays into numpy; SQLite:
+  packed SELECT);
+* ``search`` / ``search_causal`` latency (both answer from the in-process projection and indexes),
+  and the statements each PostgreSQL query sends;
 * catch-up: another connection ("host") writes one small ``record_decision``; time of this host's
-  next ``search_causal`` (which notices the change, catches up and answers) minus nothing — the
-  raw latency of that first query, and of the sync step alone.
+  next ``search_causal`` (which notices the change, catches up and answers), and of the sync step alone.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -107,19 +118,18 @@ def bench_rebuild(targets: dict[str, str], repeats: int) -> dict[str, tuple[floa
     return out
 
 
-def bench_queries(targets: dict[str, str], rng, words, n_pairs: int, n_queries: int) -> dict[str, dict[str, float]]:
-    decisions = texts(rng, words, n_pairs)
-    outcomes = texts(rng, words, n_pairs)
+def bench_queries(plan: dict, rng, n_queries: int) -> dict[str, dict[str, float]]:
+    decisions = plan["decisions"]
     mems = {}
-    for k, t in targets.items():
-        mem = Memory(t, embedder=None)
-        for lo in range(0, n_pairs, 2000):
-            mem.record_many(list(zip(decisions[lo:lo + 2000], outcomes[lo:lo + 2000])))
-        mem.search_causal(decisions[0])
-        mem.search(outcomes[0], channels=("lexical", "graph"))
+    for k in ("pg", "sqlite"):
+        mem = Memory(plan[k], embedder=None)
+        mem.search_causal(decisions[0])  # the views are built (as after a process's first query)
+        mem.search(decisions[1], channels=("lexical", "graph"), reinforce=False)
         mems[k] = mem
-    qs = [decisions[int(i)] for i in rng.integers(0, n_pairs, size=n_queries)]
-    lat: dict[str, dict[str, list[float]]] = {k: {"search_causal": [], "search": []} for k in targets}
+    sent = count_statements(mems["pg"]._store.conn)
+    qs = [decisions[int(i)] for i in rng.integers(0, len(decisions), size=n_queries)]
+    lat: dict[str, dict[str, list[float]]] = {k: {"search_causal": [], "search": []} for k in mems}
+    before = sent[0]
     for q in qs:
         for k, mem in mems.items():
             t = time.perf_counter()
@@ -128,21 +138,22 @@ def bench_queries(targets: dict[str, str], rng, words, n_pairs: int, n_queries: 
             t = time.perf_counter()
             mem.search(q, channels=("lexical", "graph"), reinforce=False)
             lat[k]["search"].append(time.perf_counter() - t)
+    per_query = (sent[0] - before) / (2 * len(qs))
     for mem in mems.values():
         mem.close()
-    return {k: {name: statistics.median(v) * 1000 for name, v in d.items()} for k, d in lat.items()}
+    out = {k: {name: statistics.median(v) * 1000 for name, v in d.items()} for k, d in lat.items()}
+    out["pg"]["statements"] = per_query
+    return out
 
 
-def bench_catch_up(targets: dict[str, str], rng, words, n_pairs: int, rounds: int) -> dict[str, dict[str, float]]:
+def bench_catch_up(plan: dict, rounds: int) -> dict[str, dict[str, float]]:
     """Two Memory objects on one store (two connections = two hosts): B writes one decision, A's next
     search_causal must see it. Reports the median of that first query and of a warm query."""
     out = {}
-    for k, t in targets.items():
-        a = Memory(t, embedder=None)
-        decisions, outcomes = texts(rng, words, n_pairs), texts(rng, words, n_pairs)
-        for lo in range(0, n_pairs, 2000):
-            a.record_many(list(zip(decisions[lo:lo + 2000], outcomes[lo:lo + 2000])))
-        b = Memory(t, embedder=None)
+    decisions = plan["decisions"]
+    for k in ("pg", "sqlite"):
+        a = Memory(plan[k], embedder=None)
+        b = Memory(plan[k], embedder=None)
         a.search_causal(decisions[0])
         b.search_causal(decisions[0])
         first, warm, sync = [], [], []
@@ -169,14 +180,113 @@ def bench_catch_up(targets: dict[str, str], rng, words, n_pairs: int, rounds: in
     return out
 
 
+def count_statements(conn) -> list[int]:
+    """A counter of the statements sent on ``conn`` (psycopg ``Cursor.execute``/``copy``)."""
+    import psycopg
+
+    box = [0]
+    for name in ("execute", "copy"):
+        orig = getattr(psycopg.Cursor, name)
+
+        def counted(cur, *args, _orig=orig, **kwargs):
+            if cur.connection is conn:
+                box[0] += 1
+            return _orig(cur, *args, **kwargs)
+
+        setattr(psycopg.Cursor, name, counted)
+    return box
+
+
+def sizes(quick: bool, rebuild_edges: int | None) -> dict[str, int]:
+    return {"batches": 3 if quick else 7, "batch": 1000 if quick else 2000,
+            "edges": rebuild_edges or (100_000 if quick else 1_000_000),
+            "pairs": 2000 if quick else 10000, "queries": 50 if quick else 200, "rounds": 10 if quick else 30}
+
+
+def build(work: Path, server: str, n: dict[str, int]) -> dict:
+    """The stores the timed phase reads (not timed): written under ``work`` and the server."""
+    rng = np.random.default_rng(7)
+    words = vocab(rng)
+    tag = uuid.uuid4().hex[:8]
+    sep = "&" if "?" in server else "?"
+    plan: dict = {"words_seed": 7, "sizes": n}
+    for name in ("writes", "rebuild", "queries", "catchup"):
+        plan[name] = {"pg": f"{server}{sep}schema=bench_{name}_{tag}", "sqlite": str(work / f"{name}_{tag}.db")}
+    for t in plan["rebuild"].values():
+        build_store(t, np.random.default_rng(11), words, n["edges"] // 3, n["edges"])
+    for name in ("queries", "catchup"):
+        decisions, outcomes = texts(rng, words, n["pairs"]), texts(rng, words, n["pairs"])
+        for t in plan[name].values():
+            with Memory(t, embedder=None) as mem:
+                for lo in range(0, n["pairs"], 2000):
+                    mem.record_many(list(zip(decisions[lo:lo + 2000], outcomes[lo:lo + 2000])))
+        plan[name]["decisions"] = decisions
+    (work / "plan.json").write_text(json.dumps(plan))
+    return plan
+
+
+def timed(plan: dict, quick: bool, command: str) -> list[str]:
+    n = plan["sizes"]
+    rng = np.random.default_rng(8)
+    words = vocab(np.random.default_rng(plan["words_seed"]))
+    lines = ["# PostgreSQL backend vs SQLite (issue 14)", "",
+             f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start of the timed "
+             "phase (shared with other jobs: compare the ratio column). PostgreSQL 15 on a Unix socket on the same "
+             "machine; fsync on, synchronous_commit off. `Memory(target, embedder=None)`. "
+             f"Command: `{command}`.", "",
+             "| measurement | PostgreSQL | SQLite | PG / SQLite | target |", "|---|---|---|---|---|"]
+    # 1. record_many throughput, alternating backends
+    pg_rates, lite_rates = [], []
+    for _ in range(n["batches"]):
+        pg_rates.append(bench_record_many(plan["writes"]["pg"], rng, words, 1, n["batch"]))
+        lite_rates.append(bench_record_many(plan["writes"]["sqlite"], rng, words, 1, n["batch"]))
+    p, s = statistics.median(pg_rates), statistics.median(lite_rates)
+    lines.append(f"| record_many, batches of {n['batch']:,} new pairs (median of {n['batches']}) | {p:,.0f} edges/s | "
+                 f"{s:,.0f} edges/s | {p / s:.2f} | PG >= 20,000 edges/s: {'met' if p >= 20000 else 'NOT met'} |")
+    print(lines[-1], flush=True)
+
+    # 2. projection rebuild
+    targets = {k: plan["rebuild"][k] for k in ("pg", "sqlite")}
+    r = bench_rebuild(targets, 3)
+    lines.append(f"| full projection rebuild, {r['pg'][2]:,} valid edges (median of 3) | {r['pg'][0]:.2f} s | "
+                 f"{r['sqlite'][0]:.2f} s | {r['pg'][0] / r['sqlite'][0]:.2f} | <= 3 s: "
+                 f"{'met' if r['pg'][0] <= 3 else 'NOT met'} |")
+    lines.append(f"| of which reading the edges from the store | {r['pg'][1]:.2f} s (binary arrays) | "
+                 f"{r['sqlite'][1]:.2f} s | {r['pg'][1] / r['sqlite'][1]:.2f} | |")
+    print("\n".join(lines[-2:]), flush=True)
+
+    # 3. query latency
+    q = bench_queries(plan["queries"], rng, n["queries"])
+    for name in ("search_causal", "search"):
+        lines.append(f"| {name} p50, {n['pairs']:,}-pair store (lexical+graph; {n['queries']} queries) | "
+                     f"{q['pg'][name]:.2f} ms | {q['sqlite'][name]:.2f} ms | "
+                     f"{q['pg'][name] / q['sqlite'][name]:.2f} | equal within noise |")
+    lines.append(f"| statements sent to the server per query (PostgreSQL) | {q['pg']['statements']:.2f} | 0 | | |")
+    print("\n".join(lines[-3:]), flush=True)
+
+    # 4. catch-up after another host's write
+    c = bench_catch_up(plan["catchup"], n["rounds"])
+    for name in c["pg"]:
+        target = "<= 10 ms" if name.startswith("first") else ""
+        if target:
+            target += ": " + ("met" if c["pg"][name] <= 10 else "NOT met")
+        lines.append(f"| catch-up, {n['pairs']:,}-pair store: {name} | {c['pg'][name]:.2f} ms | "
+                     f"{c['sqlite'][name]:.2f} ms | {c['pg'][name] / c['sqlite'][name]:.2f} | {target} |")
+    print("\n".join(lines[-3:]), flush=True)
+    lines.append("")
+    lines.append(f"Load average at the end of the timed phase: {os.getloadavg()[0]:.1f}.")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rebuild-edges", type=int, default=None)
+    ap.add_argument("--phase", choices=("build", "time", "all"), default="all")
+    ap.add_argument("--workdir", default=None, help="where the SQLite stores and the plan live (build/time phases)")
     args = ap.parse_args()
-    quick = args.quick
-    rng = np.random.default_rng(7)
-    words = vocab(rng)
+    if args.phase != "all" and (not args.workdir or not os.environ.get("CAUSALMEM_BENCH_PG_DSN")):
+        ap.error("--phase build/time need --workdir and CAUSALMEM_BENCH_PG_DSN (one server for both phases)")
     cluster = None
     server = os.environ.get("CAUSALMEM_BENCH_PG_DSN")
     if not server:
@@ -184,69 +294,29 @@ def main() -> None:
 
         cluster = pg_cluster.start(durable=True)
         server = cluster.dsn
-    sep = "&" if "?" in server else "?"
-
-    def pg(name: str) -> str:
-        return f"{server}{sep}schema=bench_{name}_{uuid.uuid4().hex[:8]}"
-
-    lines = ["# PostgreSQL backend vs SQLite (issue 14)", "",
-             f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start "
-             "(shared with other jobs: compare the ratio column, not absolute figures). "
-             "PostgreSQL 15 on a Unix socket on the same machine; fsync on, synchronous_commit off. "
-             f"Command: `python benchmarks/bench_postgres.py{' --quick' if quick else ''}`.", "",
-             "| measurement | PostgreSQL | SQLite | PG / SQLite | target |", "|---|---|---|---|---|"]
+    command = "python benchmarks/bench_postgres.py" + (" --quick" if args.quick else "")
+    if args.phase != "all":
+        command = ("python benchmarks/bench_postgres.py --phase build --workdir W under /work/coord/heavy, then "
+                   "--phase time --workdir W under /work/coord/quiet, on one durable tests/pg_cluster.py server"
+                   + (", --quick" if args.quick else ""))
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            # 1. record_many throughput, alternating backends
-            n_batches, size = (3, 1000) if quick else (7, 2000)
-            pg_rates, lite_rates = [], []
-            pg_target, lite_target = pg("writes"), str(Path(tmp) / "writes.db")
-            for _ in range(n_batches):
-                pg_rates.append(bench_record_many(pg_target, rng, words, 1, size))
-                lite_rates.append(bench_record_many(lite_target, rng, words, 1, size))
-            p, s = statistics.median(pg_rates), statistics.median(lite_rates)
-            lines.append(f"| record_many, batches of {size:,} new pairs (median of {n_batches}) | {p:,.0f} edges/s | "
-                         f"{s:,.0f} edges/s | {p / s:.2f} | PG >= 20,000 edges/s: {'met' if p >= 20000 else 'NOT met'} |")
-            print(lines[-1], flush=True)
-
-            # 2. projection rebuild
-            n_edges = args.rebuild_edges or (100_000 if quick else 1_000_000)
-            targets = {"pg": pg("rebuild"), "sqlite": str(Path(tmp) / "rebuild.db")}
-            for t in targets.values():
-                build_store(t, np.random.default_rng(11), words, n_edges // 3, n_edges)
-            r = bench_rebuild(targets, 3)
-            lines.append(f"| full projection rebuild, {r['pg'][2]:,} valid edges (median of 3) | {r['pg'][0]:.2f} s | "
-                         f"{r['sqlite'][0]:.2f} s | {r['pg'][0] / r['sqlite'][0]:.2f} | <= 3 s: "
-                         f"{'met' if r['pg'][0] <= 3 else 'NOT met'} |")
-            lines.append(f"| of which reading the edges from the store | {r['pg'][1]:.2f} s (binary COPY) | "
-                         f"{r['sqlite'][1]:.2f} s | {r['pg'][1] / r['sqlite'][1]:.2f} | |")
-            print("\n".join(lines[-2:]), flush=True)
-
-            # 3. query latency
-            n_pairs, n_q = (2000, 50) if quick else (10000, 200)
-            targets = {"pg": pg("queries"), "sqlite": str(Path(tmp) / "queries.db")}
-            q = bench_queries(targets, rng, words, n_pairs, n_q)
-            for name in ("search_causal", "search"):
-                lines.append(f"| {name} p50, {n_pairs:,}-pair store (lexical+graph; {n_q} queries) | "
-                             f"{q['pg'][name]:.2f} ms | {q['sqlite'][name]:.2f} ms | "
-                             f"{q['pg'][name] / q['sqlite'][name]:.2f} | equal within noise |")
-            print("\n".join(lines[-2:]), flush=True)
-
-            # 4. catch-up after another host's write
-            targets = {"pg": pg("catchup"), "sqlite": str(Path(tmp) / "catchup.db")}
-            c = bench_catch_up(targets, rng, words, n_pairs, 10 if quick else 30)
-            for name in c["pg"]:
-                target = "<= 10 ms" if name.startswith("first") else ""
-                if target:
-                    target += ": " + ("met" if c["pg"][name] <= 10 else "NOT met")
-                lines.append(f"| catch-up, {n_pairs:,}-pair store: {name} | {c['pg'][name]:.2f} ms | "
-                             f"{c['sqlite'][name]:.2f} ms | {c['pg'][name] / c['sqlite'][name]:.2f} | {target} |")
-            print("\n".join(lines[-3:]), flush=True)
+            work = Path(args.workdir) if args.workdir else Path(tmp)
+            work.mkdir(parents=True, exist_ok=True)
+            if args.phase == "time":
+                plan = json.loads((work / "plan.json").read_text())
+            else:
+                t0 = time.perf_counter()
+                plan = build(work, server, sizes(args.quick, args.rebuild_edges))
+                print(f"stores built in {time.perf_counter() - t0:.0f} s", flush=True)
+            if args.phase == "build":
+                return
+            lines = timed(plan, args.quick, command)
     finally:
         if cluster is not None:
             cluster.stop()
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / ("postgres_quick.md" if quick else "postgres.md")
+    out = RESULTS / ("postgres_quick.md" if args.quick else "postgres.md")
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"wrote {out}")

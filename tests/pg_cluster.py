@@ -9,6 +9,7 @@ once.
 As a script (what ``.ci/run`` uses)::
 
     eval "$(python tests/pg_cluster.py start)"     # exports CAUSALMEM_TEST_PG_DSN, CAUSALMEM_TEST_PG_DIR
+                                                   # (start --durable: fsync on, for benchmarks)
     python tests/pg_cluster.py stop "$CAUSALMEM_TEST_PG_DIR"
 
 The server binaries are looked up on ``PATH``, then in ``/usr/lib/postgresql/<version>/bin``
@@ -132,8 +133,9 @@ def stop(root: str, bindir: str | None = None) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) >= 1 and argv[0] == "start":
-        # the cluster outlives this script: the watchdog follows the calling shell instead
-        c = start(watch_pid=os.getppid())
+        # the cluster outlives this script: the watchdog follows the calling shell instead;
+        # ``start --durable``: fsync on (the benchmarks' setting)
+        c = start(durable="--durable" in argv[1:], watch_pid=os.getppid())
         print(f"export CAUSALMEM_TEST_PG_DSN={shlex.quote(c.dsn)} CAUSALMEM_TEST_PG_DIR={shlex.quote(c.dir)}")
         return 0
     if argv == ["check"]:  # exit status: are the server binaries here?
@@ -141,7 +143,7 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "stop":
         stop(argv[1])
         return 0
-    print("usage: pg_cluster.py start | stop DIR | check", file=sys.stderr)
+    print("usage: pg_cluster.py start [--durable] | stop DIR | check", file=sys.stderr)
     return 2
 
 

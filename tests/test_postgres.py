@@ -95,28 +95,46 @@ def _indexes(conn, schema: str) -> dict[str, str]:
 
 
 def test_a_schema_2_memory_is_migrated_to_3_in_place(pg_dsn):
-    """A memory left at schema 2 (its indexes as version 2 made them) is brought to 3 at the next
-    open: the session index partial, edges_src gone, the superseded-edge indexes there; rows kept."""
-    with Memory(pg_dsn, embedder=None) as mem:
-        e = mem.record_decision("shard the queue", "latency halved")
-        old = mem.record_decision("cache the token", "stale sessions")
-        mem.link(e.dst, old.dst, "supersedes")
+    """A memory written at schema 2 (built here with schema 2's own SQL, rows logged by its
+    triggers) is brought to 3 at the next open: the session index partial, edges_src gone, the
+    superseded-edge indexes there, the change log one row per statement; the rows kept."""
+    from causalmem.store import postgres as pg
+
     conn, schema = _admin(pg_dsn)
     with conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
         conn.execute(f"SET search_path TO {schema}")
-        conn.execute("DROP INDEX chunks_session; DROP INDEX edges_superseded; DROP INDEX edges_superseding; "
-                     "CREATE INDEX chunks_session ON chunks(session_id, nid); CREATE INDEX edges_src ON edges(src); "
-                     "UPDATE causalmem_state SET schema_version = 2")
+        conn.execute("CREATE TABLE causalmem_state (id INTEGER PRIMARY KEY DEFAULT 1 CHECK (id = 1), "
+                     "schema_version INTEGER NOT NULL, seq BIGINT NOT NULL, log_floor BIGINT NOT NULL DEFAULT 0)")
+        conn.execute("INSERT INTO causalmem_state (schema_version, seq) VALUES (0, 1000)")
+        for _, sql in pg.MIGRATIONS[:2]:
+            conn.execute(sql)
+        conn.execute("UPDATE causalmem_state SET schema_version = 2, seq = 1001")
+        texts = ["shard the queue", "latency halved", "cache the token", "stale sessions"]
+        for nid, t in enumerate(texts, 1):
+            conn.execute("INSERT INTO chunks (nid, id, text, text_hash, kind, created_at, q_value) "
+                         "VALUES (%s, %s, %s, %s, 'decision', 1.0, 0.5)", (nid, f"c{nid}", t, pg.text_hash(t)))
+        for eid, (src, dst, rel, sub) in enumerate([(1, 2, "caused", None), (3, 4, "caused", None),
+                                                    (2, 4, "meta", "supersedes")], 1):
+            code = {"caused": pg.Relation.CAUSED.code, "meta": pg.Relation.META.code}[rel]
+            conn.execute("INSERT INTO edges (eid, id, src, dst, relation, rel_code, subtype, confidence, source, "
+                         "discovered_at) VALUES (%s, %s, %s, %s, %s, %s, %s, 0.9, 'rule', 1.0)",
+                         (eid, f"e{eid}", src, dst, rel, code, sub))
+        assert conn.execute("SELECT COUNT(*) FROM changes").fetchone()[0] == 7  # schema 2: one row per key
         assert "edges_src" in _indexes(conn, schema)
         with Memory(pg_dsn, embedder=None) as mem:
             assert mem.stats()["schema_version"] == 3
-            assert [a.text for a in mem.search_causal("shard the queue")] == ["latency halved"]
-            assert mem.search_causal("cache the token")[0].superseded_by == e.dst
+            assert [a.text for a in mem.search_causal("shard the queue")][:1] == ["latency halved"]
+            assert mem.search_causal("cache the token")[0].superseded_by == "c2"
+            mem.record_many([(f"decision {i}", f"outcome {i}") for i in range(50)])
         idx = _indexes(conn, schema)
         assert "edges_src" not in idx
         assert "WHERE (session_id IS NOT NULL)" in idx["chunks_session"]
         assert "superseded_by IS NOT NULL" in idx["edges_superseded"]
         assert "invalidates" in idx["edges_superseding"]
+        # the batch of 100 chunks and 50 edges: one log row per statement and kind
+        assert conn.execute("SELECT kind, cardinality(keys) FROM changes ORDER BY kind").fetchall() == \
+            [("ci", 100), ("ei", 50)]
         conn.execute("SET enable_seqscan = off")  # a tiny table: ask whether the index can answer at all
         plan = "\n".join(r[0] for r in conn.execute(
             "EXPLAIN SELECT dst FROM edges WHERE valid_to IS NULL AND superseded_by IS NOT NULL").fetchall())

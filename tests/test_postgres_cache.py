@@ -12,7 +12,7 @@ import pytest
 
 psycopg = pytest.importorskip("psycopg")
 
-from causalmem import Memory  # noqa: E402
+from causalmem import Config, Memory  # noqa: E402
 from causalmem.store.postgres import PostgresStore  # noqa: E402
 
 
@@ -168,3 +168,34 @@ def test_a_store_too_large_to_mirror_still_answers_exactly(pg_dsn, monkeypatch):
                 [f"effect {i} of the migration"]
         assert not mem._store._cache.complete
         assert len(mem._store._cache.rows) <= 50
+
+
+def test_catching_up_with_another_hosts_small_write_takes_two_round_trips(pg_dsn, monkeypatch):
+    """The change-sequence check, then one read of the change log that brings along what the views
+    ask next (the changed rows, edge states, the superseded set); no full re-read, no rebuild (the
+    projection's periodic fold, SPEC §2 ``rebuild_writes``, is set out of the way here)."""
+    a = Memory(pg_dsn, embedder=None, config=Config(rebuild_writes=1000))
+    b = Memory(pg_dsn, embedder=None)
+    try:
+        a.record_many([(f"warm decision {i}", f"warm outcome {i}") for i in range(100)])
+        assert a.search_causal("warm decision 1")
+        count = Statements(monkeypatch, a._store.conn)
+        rebuilds = a._projection.rebuilds
+        for i in range(3):
+            e = b.record_decision(f"fresh plan {i}", f"fresh result {i}")
+            before = len(count.sent)
+            assert [x.text for x in a.search_causal(f"fresh plan {i}")] == [f"fresh result {i}"]
+            assert len(count.sent) - before == 2, count.sent[before:]
+            b.update(e.dst, f"fresh result {i} revised")
+            before = len(count.sent)
+            assert [x.text for x in a.search_causal(f"fresh plan {i}")] == [f"fresh result {i} revised"]
+            assert len(count.sent) - before == 2, count.sent[before:]
+            b.link(e.src, b.record_decision(f"other plan {i}", f"other result {i}").dst, "supersedes")
+            before = len(count.sent)
+            got = a.search_causal(f"other plan {i}")
+            assert [x.text for x in got] == [f"other result {i}"] and got[0].superseded_by == e.src
+            assert len(count.sent) - before == 2, count.sent[before:]
+        assert a._projection.rebuilds == rebuilds
+    finally:
+        a.close()
+        b.close()

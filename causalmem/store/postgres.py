@@ -92,6 +92,27 @@ _LOG_TRIGGERS = """
         CREATE TRIGGER {table}_log_d AFTER DELETE ON {table} REFERENCING OLD TABLE AS changed_rows
             FOR EACH STATEMENT EXECUTE FUNCTION log_{table}('{code}d');
 """
+# Schema 3: one change-log row per statement and kind, its keys as an array (a batch of 4,000 chunks
+# logs one row, not 4,000). The log restarts empty: a host further behind re-reads everything.
+_LOG_V3 = """
+        DROP TABLE changes;
+        CREATE TABLE changes (
+            seq BIGINT NOT NULL,
+            kind TEXT NOT NULL,
+            keys BIGINT[] NOT NULL
+        );
+        CREATE INDEX changes_seq ON changes(seq);
+        UPDATE causalmem_state SET log_floor = seq;
+""" + "".join(f"""
+        CREATE OR REPLACE FUNCTION log_{table}() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $f$
+        BEGIN
+            INSERT INTO changes (seq, kind, keys)
+            SELECT COALESCE(NULLIF(current_setting('causalmem.seq', true), '')::bigint,
+                            (SELECT seq FROM causalmem_state)), TG_ARGV[0], array_agg({key}) FROM changed_rows
+            HAVING COUNT(*) > 0;
+            RETURN NULL;
+        END $f$;""" for table, key in (("chunks", "nid"), ("edges", "eid"), ("cooccurrence", "a"),
+                                      ("embeddings", "nid")))
 #: change-log rows older than this many transactions are pruned (a host further behind re-reads all)
 LOG_KEEP = 4096
 
@@ -216,7 +237,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX edges_superseded ON edges(dst) WHERE valid_to IS NULL AND superseded_by IS NOT NULL;
         CREATE INDEX edges_superseding ON edges(dst)
             WHERE valid_to IS NULL AND subtype IN ('invalidates', 'supersedes');
-        """,
+        """ + _LOG_V3,
     ),
 ]
 OWN_TABLES = frozenset({"chunks", "edges", "cooccurrence", "facts", "embeddings", "chunk_history", "meta",
@@ -227,6 +248,9 @@ CHUNK_COLS = (
     "nid, id, text, kind, q_value, importance, created_at, event_time, user_id, agent_id, "
     "run_id, session_id, metadata, access_count, last_accessed_at, valid_to"
 )
+#: the columns an insert of a chunk sets (and the order a just-inserted row is cached in)
+INSERT_COLS = ("nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, user_id, agent_id, "
+               "run_id, session_id, metadata")
 EDGE_COLS = (
     "e.eid, e.id, s.id, d.id, e.relation, e.confidence, e.source, e.polarity, e.task_tag, "
     "e.event_time, e.valid_to, e.superseded_by, e.discovered_at, e.subtype, e.invalid_reason, e.src, e.dst, "
@@ -282,6 +306,22 @@ def _array_values(data: Any, code: str) -> np.ndarray:
     return cells["v"]
 
 
+# chunk nid -> id of the chunk superseding it (see ``superseded_chunks``); ``where`` narrows ``e``
+_SUPERSEDED_SQL = (
+    "SELECT e.dst, d.id FROM edges e JOIN edges n ON n.id = e.superseded_by "
+    "JOIN chunks d ON d.nid = n.dst WHERE {where}e.valid_to IS NULL "
+    "AND e.superseded_by IS NOT NULL AND n.dst <> e.dst AND n.relation <> 'meta' "
+    "UNION ALL SELECT e.dst, s.id FROM edges e JOIN chunks s ON s.nid = e.src "
+    "WHERE {where}e.valid_to IS NULL AND e.subtype IN ('invalidates', 'supersedes') AND s.valid_to IS NULL")
+
+
+def _superseded_of(rows: Iterable[Sequence[Any]]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for nid, by in rows:
+        out.setdefault(int(nid), by)
+    return out
+
+
 def _int_array(values: Iterable[int]) -> str:
     """An integer array as its text literal: bound once as text, parsed by the server (psycopg
     adapts a Python list element by element)."""
@@ -329,7 +369,8 @@ class _RowCache:
     (own commits from their change-log keys, other hosts' from ``foreign_changes``). ``complete``:
     ``rows`` holds every chunk of the store except the nids in ``missing`` (changed, to be re-read),
     so an exact-text lookup that finds nothing in ``by_hash`` is a true miss. A row is kept as the
-    tuple the server returned (``CHUNK_COLS`` + ``text_hash``); a ``ChunkRow`` is made when read."""
+    tuple the server returned (``CHUNK_COLS`` + ``text_hash``), or as this process inserted it
+    (``INSERT_COLS`` order: no copy per row on the write path); ``full`` makes either the former."""
 
     def __init__(self) -> None:
         self.clear(0)
@@ -343,7 +384,7 @@ class _RowCache:
         self.upto = upto
 
     def put(self, row: tuple) -> None:
-        nid, h = row[0], row[16]
+        nid, h = row[0], row[16] if len(row) == 17 else row[3]
         if nid in self.rows:
             self.drop(nid)
         elif len(self.rows) >= ROW_CACHE_MAX:
@@ -358,7 +399,7 @@ class _RowCache:
     def drop(self, nid: int) -> None:
         row = self.rows.pop(nid, None)
         if row is not None:
-            h = row[16]
+            h = row[16] if len(row) == 17 else row[3]
             bucket = self.by_hash.get(h)
             if bucket is not None:
                 bucket.remove(nid)
@@ -374,6 +415,15 @@ class _RowCache:
                     self.missing.add(int(nid))
         if any(k[0] == "e" or k in ("cu", "cd") for k in changes):
             self.superseded = None  # edges or a superseding chunk's liveness changed
+
+
+def _full(row: tuple) -> tuple:
+    """A cached row in ``CHUNK_COLS`` + ``text_hash`` order (from ``INSERT_COLS`` order if needed)."""
+    if len(row) == 17:
+        return row
+    nid, cid, text, h, kind, created_at, event_time, q, imp, user, agent, run, session, meta = row
+    return (nid, cid, text, kind, float(q), float(imp), float(created_at),
+            None if event_time is None else float(event_time), user, agent, run, session, meta, 0, None, None, h)
 
 
 class PostgresStore:
@@ -410,6 +460,7 @@ class PostgresStore:
         self._cache = _RowCache()
         self._tls = threading.local()  # per thread: public-call depth, seq checked in this call
         self._tx_changes: dict[str, list[int]] | None = None  # the committing transaction's change-log keys
+        self._prefetched: tuple[int, dict[int, tuple], int] | None = None  # see foreign_changes
         self._staged: list[tuple] = []  # chunks inserted by the open transaction (as the row cache keeps them)
         try:
             self.conn: Any = psycopg.connect(conninfo, autocommit=True, connect_timeout=max(1, int(connect_timeout_s)),
@@ -576,34 +627,49 @@ class PostgresStore:
                 self._committed(seq)
 
     def _begin_write(self, wait: bool) -> None:
+        """Take the writer lock (waiting at most the busy timeout), then name the change-sequence
+        value this transaction will commit (under the lock the next value is ours; the change-log
+        triggers record it): one round trip, several statements in one simple query."""
+        key = pg_sql.SQL("{}, hashtext({})").format(pg_sql.Literal(LOCK_NAMESPACE), pg_sql.Literal(self.schema))
         if wait:
-            self.conn.execute(f"SET LOCAL lock_timeout = {max(1, self.busy_timeout_ms)}")
-            self.conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_NAMESPACE, self.schema))
+            lock = pg_sql.SQL("SET LOCAL lock_timeout = {}; SELECT pg_advisory_xact_lock({}); "
+                              "SET LOCAL lock_timeout = 0; ").format(
+                pg_sql.Literal(max(1, self.busy_timeout_ms)), key)
         else:
-            got = self.conn.execute("SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))",
-                                    (LOCK_NAMESPACE, self.schema)).fetchone()[0]
-            if not got:
-                raise StoreError(f"memory {self.path!r} is locked by another writer (not waiting)")
-        self.conn.execute("SET LOCAL lock_timeout = 0")
-        # under the writer lock the next value is ours; the change-log triggers record it
-        self._tx_seq = int(self.conn.execute("SELECT seq + 1 FROM causalmem_state").fetchone()[0])
-        self.conn.execute("SELECT set_config('causalmem.seq', %s, true)", (str(self._tx_seq),))
+            lock = pg_sql.SQL("SELECT set_config('causalmem.busy', CASE WHEN pg_try_advisory_xact_lock({}) "
+                              "THEN 'no' ELSE 'yes' END, true); ").format(key)
+        cur = self.conn.execute(lock + pg_sql.SQL(
+            "SELECT seq + 1, set_config('causalmem.seq', (seq + 1)::text, true), "
+            "current_setting('causalmem.busy', true) FROM causalmem_state"))
+        while cur.nextset():
+            pass
+        seq, _, busy = cur.fetchone()
+        if busy == "yes":
+            raise StoreError(f"memory {self.path!r} is locked by another writer (not waiting)")
+        self._tx_seq = int(seq)
 
     def _end_write(self) -> int | None:
-        """Just before COMMIT: advance the change sequence if the transaction changed a row (it then
-        has a transaction id), prune the change log now and then, NOTIFY listeners; the new value."""
-        if self.conn.execute("SELECT pg_current_xact_id_if_assigned() IS NULL").fetchone()[0]:
+        """Just before COMMIT, in one round trip: advance the change sequence if the transaction
+        changed a row (it then has a transaction id), NOTIFY listeners (delivered at commit), read
+        what the transaction changed for the row cache (chunk keys; of edges the kinds are enough).
+        Prunes the change log now and then. The new value, or None."""
+        row = self.conn.execute(
+            "WITH s AS (UPDATE causalmem_state SET seq = seq + 1 WHERE pg_current_xact_id_if_assigned() IS NOT NULL "
+            "RETURNING seq) SELECT s.seq, pg_notify(%s, s.seq::text), "
+            "ARRAY(SELECT DISTINCT kind FROM changes WHERE seq = s.seq), "
+            "ARRAY(SELECT unnest(keys) FROM changes WHERE seq = s.seq AND kind = 'ci'), "
+            "ARRAY(SELECT unnest(keys) FROM changes WHERE seq = s.seq AND kind = 'cu'), "
+            "ARRAY(SELECT unnest(keys) FROM changes WHERE seq = s.seq AND kind = 'cd') FROM s",
+            (self.channel,)).fetchone()
+        if row is None:
             return None
-        seq = int(self.conn.execute("UPDATE causalmem_state SET seq = seq + 1 RETURNING seq").fetchone()[0])
-        # what this transaction changed, for the row cache (chunk keys; edges: the kind is enough)
-        self._tx_changes = {kind: keys or [] for kind, keys in self.conn.execute(
-            "SELECT kind, CASE WHEN kind LIKE 'c%%' THEN array_agg(key) END FROM changes WHERE seq = %s "
-            "GROUP BY kind", (self._tx_seq,)).fetchall()}
+        seq = int(row[0])
+        self._tx_changes = {k: [] for k in row[2]}
+        self._tx_changes.update((k, v) for k, v in zip(("ci", "cu", "cd"), row[3:]) if v)
         if seq % 256 == 0:  # keep the change log short
             floor = seq - LOG_KEEP
             self.conn.execute("DELETE FROM changes WHERE seq <= %s", (floor,))
             self.conn.execute("UPDATE causalmem_state SET log_floor = GREATEST(log_floor, %s)", (floor,))
-        self.conn.execute("SELECT pg_notify(%s, %s)", (self.channel, str(seq)))  # delivered at commit
         return seq
 
     def _committed(self, seq: int) -> None:
@@ -720,12 +786,30 @@ class PostgresStore:
             own = sorted(s for s in self._own if after < s <= upto)
             self._synced_seq = upto
             self._own = {s for s in self._own if s > upto}
+            # One round trip (several statements in one simple query; the values are integers): the
+            # log's floor and the keys, and what the views will ask next: the changed chunks' rows,
+            # the changed edges' states, the newest text-update event, the superseded set.
+            where = (f"seq > {int(after)} AND seq <= {int(upto)} "
+                     f"AND NOT (seq = ANY('{_int_array(own)}'::bigint[]))")
+            keys = f"SELECT unnest(keys) FROM changes WHERE {where} AND kind IN "
+            try:
+                cur = self.conn.execute(
+                    "SELECT 'floor', log_floor FROM causalmem_state UNION ALL "
+                    f"SELECT kind, unnest(keys) FROM changes WHERE {where}; "
+                    f"SELECT {CHUNK_COLS}, text_hash FROM chunks WHERE nid IN ({keys}('ci', 'cu')); "
+                    "SELECT eid, src, dst, rel_code, confidence, valid_to IS NULL FROM edges "
+                    f"WHERE eid IN ({keys}('ei', 'eu')) ORDER BY eid; "
+                    "SELECT COALESCE(MAX(hid), 0) FROM chunk_history WHERE event = 'update'; "
+                    + _SUPERSEDED_SQL.format(where=""))
+                results = [cur.fetchall()]
+                while cur.nextset():
+                    results.append(cur.fetchall())
+            except psycopg.Error as exc:
+                raise self._store_error(exc, "reading the change log") from exc
+            log_rows, chunk_rows, edge_rows, (last_update,), superseded = results
             out: dict[str, set[int]] = {}
             floor = None
-            for kind, key in self.query(  # one round trip: the log's floor and the keys
-                    "SELECT 'floor', log_floor FROM causalmem_state UNION ALL "
-                    "SELECT kind, key FROM changes WHERE seq > %s AND seq <= %s AND NOT (seq = ANY(%s))",
-                    (after, upto, own)):
+            for kind, key in log_rows:
                 if kind == "floor":
                     floor = int(key)
                 else:
@@ -740,6 +824,10 @@ class PostgresStore:
             else:
                 cache.invalidate(delta)
                 cache.upto = max(cache.upto, upto)
+            for r in chunk_rows:  # read after the changes: at least as new as upto
+                cache.put(r)
+            cache.superseded = _superseded_of(superseded)
+            self._prefetched = (upto, {r[0]: tuple(r) for r in edge_rows}, int(last_update[0]))
             return delta
 
     def wait_for_change(self, timeout: float) -> bool:
@@ -809,7 +897,8 @@ class PostgresStore:
                     for r in rows:
                         self._cache.put(r)
                 return {r[0]: ChunkRow._make(r) for r in rows}
-            return {n: ChunkRow._make(r) for n, r in self._rows_from(cache, sorted({int(n) for n in nids})).items()}
+            got = self._rows_from(cache, sorted({int(n) for n in nids}))
+            return {n: ChunkRow._make(_full(r)) for n, r in got.items()}
 
     def _rows_from(self, cache: _RowCache, nids: list[int]) -> dict[int, tuple]:
         """Cached rows of ascending ``nids``, reading the ones the cache lacks in one round trip."""
@@ -839,7 +928,7 @@ class PostgresStore:
                 if cache.missing:
                     self._rows_from(cache, sorted(cache.missing))
                 for nid in cache.by_hash.get(text_hash(text), ()):
-                    r = cache.rows[nid]  # CHUNK_COLS order: text 2, kind 3, scope 8-10, valid_to 15
+                    r = _full(cache.rows[nid])  # CHUNK_COLS order: text 2, kind 3, scope 8-10, valid_to 15
                     if (r[2] == text and r[3] != "turn" and r[15] is None and r[8] == user_id
                             and r[9] == agent_id and r[10] == run_id):
                         return ChunkKey(nid, r[1])
@@ -948,6 +1037,10 @@ class PostgresStore:
             "SELECT event, old_text, new_text, at FROM chunk_history WHERE nid = %s ORDER BY hid", (int(nid),))]
 
     def last_update_event(self) -> int:
+        with self._lock:
+            pre = self._prefetch()
+            if pre is not None:
+                return pre[1]
         return int(self._one("SELECT COALESCE(MAX(hid), 0) FROM chunk_history WHERE event = 'update'"))
 
     def q_value_of(self, nid: int) -> float:
@@ -978,9 +1071,10 @@ class PostgresStore:
     # ------------------------------------------------------------------ chunks: writes
     def _next_key(self, table: str, column: str) -> int:
         """MAX + 1, above every purged key too (under the writer lock: no race)."""
-        top = self.conn.execute(f"SELECT COALESCE(MAX({column}), 0) FROM {table}").fetchone()[0]
-        floor = self.conn.execute("SELECT value FROM meta WHERE key = %s", (f"purged_max_{column}",)).fetchone()
-        return max(int(top), int(floor[0]) if floor else 0) + 1
+        return int(self.conn.execute(
+            f"SELECT GREATEST((SELECT COALESCE(MAX({column}), 0) FROM {table}), "
+            "(SELECT COALESCE(MAX(value::bigint), 0) FROM meta WHERE key = %s)) + 1",
+            (f"purged_max_{column}",)).fetchone()[0])
 
     def insert_chunk(self, *, text: str, kind: str, created_at: float, q_value: float,
                      event_time: float | None = None, user_id: str | None = None, agent_id: str | None = None,
@@ -989,25 +1083,11 @@ class PostgresStore:
                      chunk_id: str | None = None) -> ChunkKey:
         cid = chunk_id or new_id()
         nid = self._next_key("chunks", "nid")
-        h, meta = text_hash(text), json.dumps(dict(metadata or {}), ensure_ascii=False)
-        self._x(
-            "INSERT INTO chunks (nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, "
-            "user_id, agent_id, run_id, session_id, metadata) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            (nid, cid, text, h, kind, created_at, event_time, q_value, importance, user_id,
-             agent_id, run_id, session_id, meta))
-        self._stage(nid, cid, text, h, kind, created_at, event_time, q_value, importance, user_id, agent_id, run_id,
-                    session_id, meta)
+        values = (nid, cid, text, text_hash(text), kind, created_at, event_time, q_value, importance, user_id,
+                  agent_id, run_id, session_id, json.dumps(dict(metadata or {}), ensure_ascii=False))
+        self._x(f"INSERT INTO chunks ({INSERT_COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", values)
+        self._staged.append(values)
         return ChunkKey(nid, cid)
-
-    def _stage(self, nid: int, cid: str, text: str, h: int, kind: str, created_at: float, event_time: float | None,
-               q_value: float, importance: float, user_id: str | None, agent_id: str | None, run_id: str | None,
-               session_id: str | None, metadata: str) -> None:
-        """Remember an inserted chunk's row as the server will hold it (the row cache takes it at
-        commit, when the change log confirms the insert)."""
-        self._staged.append((
-            nid, cid, text, kind, float(q_value), float(importance), float(created_at),
-            None if event_time is None else float(event_time), user_id, agent_id, run_id, session_id, metadata, 0,
-            None, None, h))
 
     def _copy_in(self, table: str, columns: str, rows: Iterable[Sequence[Any]]) -> None:
         with self.conn.cursor() as cur:
@@ -1025,10 +1105,8 @@ class PostgresStore:
                    r.get("agent_id"), r.get("run_id"), r.get("session_id"),
                    json.dumps(r["metadata"], ensure_ascii=False) if r.get("metadata") else "{}")
                   for i, r in enumerate(rows)]
-        self._copy_in("chunks", "nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, "
-                      "user_id, agent_id, run_id, session_id, metadata", values)
-        for v in values:
-            self._stage(*v)
+        self._copy_in("chunks", INSERT_COLS, values)
+        self._staged.extend(values)  # the row cache takes them at commit
         return [ChunkKey(base + 1 + i, ids[i]) for i in range(len(rows))]
 
     def set_chunk_deleted(self, nid: int, now: float) -> None:
@@ -1046,7 +1124,7 @@ class PostgresStore:
             cache = self._cached()
             if cache is not None:
                 got = self._rows_from(cache, sorted({int(x) for x in nids}))
-                return {n: json.loads(r[12]) if r[12] else {} for n, r in got.items()}
+                return {n: json.loads(m) if (m := _full(r)[12]) else {} for n, r in got.items()}
         rows = self.query("SELECT nid, metadata FROM chunks WHERE nid = ANY(%s)", ([int(n) for n in nids],))
         return {r[0]: json.loads(r[1]) if r[1] else {} for r in rows}
 
@@ -1108,9 +1186,21 @@ class PostgresStore:
         return [EdgeRow._make(r) for r in self.query(f"SELECT {EDGE_COLS} FROM {EDGE_FROM}{where} ORDER BY e.eid",
                                                      params)]
 
+    def _prefetch(self) -> tuple[dict[int, tuple], int] | None:
+        """What ``foreign_changes`` read along (edge states, newest update event), while nothing
+        was committed since (by anyone this object has heard of) and outside a transaction."""
+        got = self._prefetched
+        if got is None or got[0] != self._seen_seq or self._depth > 0:
+            return None
+        return got[1], got[2]
+
     def edge_states(self, eids: Sequence[int]) -> list[tuple[int, int, int, int, float, bool]]:
         """(eid, src, dst, rel_code, confidence, valid) of the given edges, ascending eid (the
         catch-up of another host's edge changes)."""
+        with self._lock:
+            pre = self._prefetch()
+            if pre is not None and all(int(e) in pre[0] for e in eids):
+                return [pre[0][e] for e in sorted({int(e) for e in eids})]
         return self.query("SELECT eid, src, dst, rel_code, confidence, valid_to IS NULL FROM edges "
                           "WHERE eid = ANY(%s) ORDER BY eid", ([int(e) for e in eids],))
 
@@ -1163,18 +1253,9 @@ class PostgresStore:
         return self._superseded(ids)
 
     def _superseded(self, ids: list[int] | None) -> dict[int, str]:
-        where = "e.dst = ANY(%s) AND " if ids is not None else ""
-        out: dict[int, str] = {}
-        rows = self.query(
-            "SELECT e.dst, d.id FROM edges e JOIN edges n ON n.id = e.superseded_by "
-            f"JOIN chunks d ON d.nid = n.dst WHERE {where}e.valid_to IS NULL "
-            "AND e.superseded_by IS NOT NULL AND n.dst <> e.dst AND n.relation <> 'meta' "
-            "UNION ALL SELECT e.dst, s.id FROM edges e JOIN chunks s ON s.nid = e.src "
-            f"WHERE {where}e.valid_to IS NULL AND e.subtype IN ('invalidates', 'supersedes') "
-            "AND s.valid_to IS NULL", (ids, ids) if ids is not None else None)
-        for nid, by in rows:
-            out.setdefault(nid, by)
-        return out
+        if ids is None:
+            return _superseded_of(self.query(_SUPERSEDED_SQL.format(where="")))
+        return _superseded_of(self.query(_SUPERSEDED_SQL.format(where="e.dst = ANY(%s) AND "), (ids, ids)))
 
     def tagged_edge_rows(self) -> list[TaggedEdgeRow]:
         return [TaggedEdgeRow._make(r) for r in self.query(
