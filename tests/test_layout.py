@@ -129,7 +129,7 @@ def test_causalmem_has_no_import_cycle():
 
 _SQL = re.compile(r"\b(SELECT\s+\S|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|INDEX)|"
                   r"PRAGMA\s+\w)", re.IGNORECASE)
-_SQL_HOMES = {"causalmem/store/sqlite.py", "causalmem/store/postgres.py"}
+_SQL_HOMES = {"causalmem/store/sqlite.py", "causalmem/store/postgres.py", "causalmem/store/_common.py"}
 
 
 def test_sql_only_in_store_backends():

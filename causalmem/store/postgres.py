@@ -45,9 +45,14 @@ import numpy as np
 
 from ..errors import RetryableStoreError, SchemaVersionError, StoreError
 from ..types import Relation
+from ._common import (
+    CHUNK_FILTERS, COUNTS_SQL, EDGE_COLS, EDGE_FROM, EXPORTS, IMPORT_COLS, chunk_columns_of, count_dict,
+    edge_conditions, evidence_edges, export_record, filter_conditions, import_rows, reuse_groups, scoped_counts_sql,
+    sleep_edge_select,
+)
 from .base import (
-    CHUNK_DTYPE, COOC_DTYPE, EDGE_DTYPE, POLARITY_CODES, PROJECTION_CO_DTYPE, PROJECTION_EDGE_DTYPE, SOURCE_CODES,
-    SUBTYPE_CODES, ChainEdge, ChunkColumns, ChunkKey, ChunkRow, CooccurrencePair, CooccurrenceRow, EdgeRow,
+    CHUNK_DTYPE, COOC_DTYPE, EDGE_DTYPE, PROJECTION_CO_DTYPE, PROJECTION_EDGE_DTYPE, ChainEdge, ChunkColumns, ChunkKey,
+    ChunkRow, CooccurrencePair, CooccurrenceRow, EdgeRow,
     EmbeddingRow, EvidenceEdge, FactRow, HistoryRow, JudgeEdgeRow, MiningChunkRow, OutEdge, PathEdge, StoredVector,
     TaggedEdgeRow, is_dsn, new_id, new_ids, text_hash,
 )
@@ -251,27 +256,11 @@ CHUNK_COLS = (
 #: the columns an insert of a chunk sets (and the order a just-inserted row is cached in)
 INSERT_COLS = ("nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, user_id, agent_id, "
                "run_id, session_id, metadata")
-EDGE_COLS = (
-    "e.eid, e.id, s.id, d.id, e.relation, e.confidence, e.source, e.polarity, e.task_tag, "
-    "e.event_time, e.valid_to, e.superseded_by, e.discovered_at, e.subtype, e.invalid_reason, e.src, e.dst, "
-    "e.polarity_origin, e.evidence"
-)
-EDGE_FROM = "edges e JOIN chunks s ON s.nid = e.src JOIN chunks d ON d.nid = e.dst"
 _META_UPSERT = "INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
-_CHUNK_FILTERS = ("user_id", "agent_id", "run_id", "session_id", "kind")
 _SCOPE = "user_id IS NOT DISTINCT FROM %s AND agent_id IS NOT DISTINCT FROM %s AND run_id IS NOT DISTINCT FROM %s"
 
 
-def _case(column: str, codes: dict[str, int], other: int = 0) -> str:
-    whens = " ".join(f"WHEN {column} = '{k}' THEN {v}" for k, v in codes.items())
-    return f"CASE WHEN {column} IS NULL THEN 0 {whens} ELSE {other} END"
-
-
-_SLEEP_EDGE_SELECT = (
-    "SELECT eid, src, dst, rel_code, " + _case("subtype", SUBTYPE_CODES, 7) + ", confidence, "
-    + _case("source", SOURCE_CODES) + ", " + _case("polarity", POLARITY_CODES) + ", discovered_at, "
-    "(superseded_by IS NOT NULL)::int FROM edges WHERE valid_to IS NULL"
-)
+_SLEEP_EDGE_SELECT = sleep_edge_select("({})::int")
 
 # binary array types read as raw bytes by ``_columns``: int8[], int4[], float8[]
 _RAW_ARRAY_OIDS = (1016, 1007, 1022)
@@ -865,13 +854,7 @@ class PostgresStore:
         return "ok" if not problems else "; ".join(problems)
 
     def counts(self) -> dict[str, int]:
-        row = self.query(
-            "SELECT (SELECT COUNT(*) FROM chunks WHERE valid_to IS NULL), (SELECT COUNT(*) FROM chunks), "
-            "(SELECT COUNT(*) FROM edges WHERE valid_to IS NULL), (SELECT COUNT(*) FROM edges), "
-            "(SELECT COUNT(*) FROM cooccurrence), (SELECT COUNT(*) FROM facts WHERE valid_to IS NULL), "
-            "(SELECT COUNT(*) FROM embeddings)")[0]
-        keys = ("chunks", "chunks_total", "edges", "edges_total", "cooccurrence", "facts", "embeddings")
-        return {k: int(v) for k, v in zip(keys, row)}
+        return count_dict(self.query(COUNTS_SQL)[0])
 
     def edge_count(self) -> int:
         return int(self._one("SELECT COUNT(*) FROM edges"))
@@ -944,14 +927,8 @@ class PostgresStore:
     def find_reusable_chunks(self, keys: Sequence[tuple[str, tuple]],
                              hashes: dict[str, int] | None = None) -> dict[tuple[str, tuple], ChunkKey]:
         hashes = {} if hashes is None else hashes
-        by_scope: dict[tuple, dict[int, str]] = {}
-        for text, scope in keys:
-            h = hashes.get(text)
-            if h is None:
-                h = hashes[text] = text_hash(text)
-            by_scope.setdefault(scope, {})[h] = text
         out: dict[tuple[str, tuple], ChunkKey] = {}
-        for scope, by_hash in by_scope.items():
+        for scope, by_hash in reuse_groups(keys, hashes).items():
             rows = self.query(
                 f"SELECT nid, id, text FROM chunks WHERE text_hash = ANY(%s::bigint[]) AND {_SCOPE} "
                 "AND kind <> 'turn' AND valid_to IS NULL ORDER BY nid", (_int_array(by_hash), *scope))
@@ -961,13 +938,8 @@ class PostgresStore:
 
     def chunk_nids(self, *, filters: Mapping[str, str | None], limit: int | None = None,
                    live_only: bool = True) -> list[int]:
-        conds, params = (["valid_to IS NULL"] if live_only else ["TRUE"]), []
-        for k, v in filters.items():
-            if k not in _CHUNK_FILTERS:
-                raise ValueError(f"unknown chunk filter {k!r}; allowed: {list(_CHUNK_FILTERS)}")
-            conds.append(f"{k} = %s" if v is not None else f"{k} IS NULL")
-            if v is not None:
-                params.append(v)
+        conds, params = filter_conditions(filters, "%s", allowed=CHUNK_FILTERS, what="chunk filter")
+        conds.insert(0, "valid_to IS NULL" if live_only else "TRUE")
         sql = f"SELECT nid FROM chunks WHERE {' AND '.join(conds)} ORDER BY nid"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
@@ -984,10 +956,7 @@ class PostgresStore:
                 rows_all = self.conn.execute(sql).fetchall()
         for i in range(0, len(rows_all), batch):
             rows = rows_all[i:i + batch]
-            c = list(zip(*rows))
-            yield ChunkColumns(nid=c[0], kind=c[1], created_at=c[2], event_time=c[3], q_value=c[4],
-                               importance=c[5], user_id=c[6], agent_id=c[7], run_id=c[8], session_id=c[9],
-                               alive=c[10], text=c[11] if with_text else None)
+            yield chunk_columns_of(rows, with_text)
 
     def _mirror_chunks(self) -> list[tuple]:
         """Every chunk's ``chunk_columns`` fields (the caller reads the whole table): when the store
@@ -1090,6 +1059,8 @@ class PostgresStore:
         return ChunkKey(nid, cid)
 
     def _copy_in(self, table: str, columns: str, rows: Iterable[Sequence[Any]]) -> None:
+        if isinstance(rows, list) and not rows:
+            return
         with self.conn.cursor() as cur:
             with cur.copy(f"COPY {table} ({columns}) FROM STDIN") as cp:
                 for r in rows:
@@ -1168,21 +1139,7 @@ class PostgresStore:
 
     def edge_rows(self, *, nid: int | None = None, valid_only: bool = True,
                   direction: str = "both") -> list[EdgeRow]:
-        conds: list[str] = []
-        params: list[Any] = []
-        if nid is not None:
-            if direction == "out":
-                conds.append("e.src = %s")
-                params.append(int(nid))
-            elif direction == "in":
-                conds.append("e.dst = %s")
-                params.append(int(nid))
-            else:
-                conds.append("(e.src = %s OR e.dst = %s)")
-                params += [int(nid), int(nid)]
-        if valid_only:
-            conds.append("e.valid_to IS NULL")
-        where = (" WHERE " + " AND ".join(conds)) if conds else ""
+        where, params = edge_conditions(nid, direction, valid_only, "%s")
         return [EdgeRow._make(r) for r in self.query(f"SELECT {EDGE_COLS} FROM {EDGE_FROM}{where} ORDER BY e.eid",
                                                      params)]
 
@@ -1379,19 +1336,13 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ repeated evidence
     def valid_edges_for_pairs(self, keys: Sequence[tuple[int, int, str, str | None]]) -> dict[tuple, EvidenceEdge]:
-        out: dict[tuple, EvidenceEdge] = {}
         wanted = set(keys)
         if not wanted:
-            return out
+            return {}
         srcs = sorted({int(k[0]) for k in wanted})
-        for row in self.query(
-                "SELECT eid, id, src, dst, relation, subtype, confidence, evidence, polarity, polarity_origin "
-                "FROM edges WHERE src = ANY(%s) AND valid_to IS NULL ORDER BY eid", (srcs,)):
-            e = EvidenceEdge._make(row)
-            key = (e.src, e.dst, e.relation, e.subtype)
-            if key in wanted:
-                out.setdefault(key, e)
-        return out
+        return evidence_edges(self.query(
+            "SELECT eid, id, src, dst, relation, subtype, confidence, evidence, polarity, polarity_origin "
+            "FROM edges WHERE src = ANY(%s) AND valid_to IS NULL ORDER BY eid", (srcs,)), wanted)
 
     def add_edge_evidence(self, rows: Iterable[tuple[float, int, str | None, str | None, int]]) -> None:
         self._many(
@@ -1447,104 +1398,30 @@ class PostgresStore:
             for key, value in self.conn.execute("SELECT key, value FROM meta ORDER BY key").fetchall():
                 if not key.startswith("purged_max_"):
                     yield "meta", {"key": key, "value": value}
-            for row in self.conn.execute(f"SELECT {CHUNK_COLS} FROM chunks ORDER BY nid").fetchall():
-                c = ChunkRow._make(row)
-                yield "chunk", {
-                    "id": c.id, "text": c.text, "kind": c.kind, "q_value": c.q_value, "importance": c.importance,
-                    "created_at": c.created_at, "event_time": c.event_time, "user_id": c.user_id,
-                    "agent_id": c.agent_id, "run_id": c.run_id, "session_id": c.session_id,
-                    "metadata": json.loads(c.metadata) if c.metadata else {}, "access_count": c.access_count,
-                    "last_accessed_at": c.last_accessed_at, "valid_to": c.valid_to}
-            for cid, event, old, new, at in self.conn.execute(
-                    "SELECT c.id, h.event, h.old_text, h.new_text, h.at FROM chunk_history h "
-                    "JOIN chunks c ON c.nid = h.nid ORDER BY h.hid").fetchall():
-                yield "history", {"chunk": cid, "event": event, "old_text": old, "new_text": new, "at": at}
-            keys = ("id", "src", "dst", "relation", "subtype", "confidence", "source", "polarity", "polarity_origin",
-                    "evidence", "task_tag", "event_time", "discovered_at", "valid_to", "invalid_reason",
-                    "superseded_by")
-            for row in self.conn.execute(
-                    "SELECT e.id, s.id, d.id, e.relation, e.subtype, e.confidence, e.source, e.polarity, "
-                    "e.polarity_origin, e.evidence, e.task_tag, e.event_time, e.discovered_at, e.valid_to, "
-                    f"e.invalid_reason, e.superseded_by FROM {EDGE_FROM} ORDER BY e.eid").fetchall():
-                yield "edge", dict(zip(keys, row))
-            for a, b, w, hits, upd in self.conn.execute(
-                    "SELECT ca.id, cb.id, o.weight, o.hits, o.updated_at FROM cooccurrence o "
-                    "JOIN chunks ca ON ca.nid = o.a JOIN chunks cb ON cb.nid = o.b ORDER BY o.a, o.b").fetchall():
-                yield "cooccurrence", {"a": a, "b": b, "weight": w, "hits": hits, "updated_at": upd}
-            fact_keys = ("key", "value", "chunk", "user_id", "agent_id", "run_id", "confidence", "created_at",
-                         "valid_to")
-            for row in self.conn.execute(
-                    "SELECT f.key, f.value, c.id, f.user_id, f.agent_id, f.run_id, f.confidence, f.created_at, "
-                    "f.valid_to FROM facts f JOIN chunks c ON c.nid = f.nid ORDER BY f.fid").fetchall():
-                yield "fact", dict(zip(fact_keys, row))
-            if vectors:
-                for cid, model, dim, th, vec in self.conn.execute(
-                        "SELECT c.id, e.model, e.dim, e.text_hash, e.vector FROM embeddings e "
-                        "JOIN chunks c ON c.nid = e.nid ORDER BY e.nid").fetchall():
-                    yield "embedding", {"chunk": cid, "model": model, "dim": dim, "text_hash": th,
-                                        "vector": bytes(vec)}
+            for kind, sql, keys in EXPORTS:
+                if kind == "embedding" and not vectors:
+                    continue
+                for row in self.conn.execute(sql).fetchall():
+                    yield kind, export_record(kind, keys, row)
 
     def existing_ids(self, ids: Sequence[str], kind: str) -> set[str]:
         table = {"chunk": "chunks", "edge": "edges"}[kind]
         return {r[0] for r in self.query(f"SELECT id FROM {table} WHERE id = ANY(%s)", (list(ids),))}
 
     def import_records(self, records: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, int]:
-        nid_base = self._next_key("chunks", "nid") - 1
-        nid_of = {c["id"]: nid_base + 1 + i for i, c in enumerate(records.get("chunk", ()))}
-        self._copy_in(
-            "chunks", "nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, access_count, "
-            "last_accessed_at, user_id, agent_id, run_id, session_id, metadata, valid_to",
-            ((nid_of[c["id"]], c["id"], c["text"], text_hash(c["text"]), c["kind"], c["created_at"], c["event_time"],
-              c["q_value"], c["importance"], c["access_count"], c["last_accessed_at"], c["user_id"], c["agent_id"],
-              c["run_id"], c["session_id"], c["metadata"] if isinstance(c["metadata"], str)
-              else json.dumps(c["metadata"], ensure_ascii=False), c["valid_to"])
-             for c in records.get("chunk", ())))
-        self._many("INSERT INTO chunk_history (nid, event, old_text, new_text, at) VALUES (%s,%s,%s,%s,%s)",
-                   [(nid_of[h["chunk"]], h["event"], h["old_text"], h["new_text"], h["at"])
-                    for h in records.get("history", ())])
-        eid_base = self._next_key("edges", "eid") - 1
-        self._copy_in(
-            "edges", "eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, polarity_origin, "
-            "evidence, task_tag, event_time, discovered_at, valid_to, invalid_reason, superseded_by",
-            ((eid_base + 1 + i, e["id"], nid_of[e["src"]], nid_of[e["dst"]], e["relation"].value, e["relation"].code,
-              e["subtype"], e["confidence"], e["source"], e["polarity"], e["polarity_origin"], e["evidence"],
-              e["task_tag"], e["event_time"], e["discovered_at"], e["valid_to"], e["invalid_reason"],
-              e["superseded_by"]) for i, e in enumerate(records.get("edge", ()))))
-        co = []
-        for o in records.get("cooccurrence", ()):
-            a, b = nid_of[o["a"]], nid_of[o["b"]]
-            co.append((min(a, b), max(a, b), o["weight"], o["hits"], o["updated_at"]))
-        self._many("INSERT INTO cooccurrence (a, b, weight, hits, updated_at) VALUES (%s,%s,%s,%s,%s)", co)
-        self._many(
-            "INSERT INTO facts (key, value, nid, user_id, agent_id, run_id, confidence, created_at, valid_to) "
-            "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            [(f["key"], f["value"], nid_of[f["chunk"]], f["user_id"], f["agent_id"], f["run_id"], f["confidence"],
-              f["created_at"], f["valid_to"]) for f in records.get("fact", ())])
-        self.put_embeddings((nid_of[v["chunk"]], v["model"], v["dim"], v["text_hash"], v["vector"])
-                            for v in records.get("embedding", ()))
-        self._many(_META_UPSERT, [(m["key"], m["value"]) for m in records.get("meta", ())
-                                  if not m["key"].startswith("purged_max_")])
+        rows = import_rows(records, self._next_key("chunks", "nid") - 1, self._next_key("edges", "eid") - 1)
+        self._copy_in("chunks", IMPORT_COLS["chunks"], rows.chunks)
+        self._copy_in("chunk_history", IMPORT_COLS["chunk_history"], rows.history)
+        self._copy_in("edges", IMPORT_COLS["edges"], rows.edges)
+        self._copy_in("cooccurrence", IMPORT_COLS["cooccurrence"], rows.cooccurrence)
+        self._copy_in("facts", IMPORT_COLS["facts"], rows.facts)
+        self.put_embeddings(rows.embeddings)  # an upsert, as the SQLite backend's INSERT OR REPLACE
+        self._many(_META_UPSERT, rows.meta)
         return {k: len(v) for k, v in records.items()}
 
     def scoped_counts(self, filters: Mapping[str, str | None]) -> dict[str, int]:
-        conds, params = [], []
-        for k, v in filters.items():
-            if k not in ("user_id", "agent_id", "run_id"):
-                raise ValueError(f"unknown scope filter {k!r}")
-            conds.append(f"c.{k} = %s" if v is not None else f"c.{k} IS NULL")
-            if v is not None:
-                params.append(v)
-        where = " AND ".join(conds) or "TRUE"
-        row = self.query(
-            f"SELECT (SELECT COUNT(*) FROM chunks c WHERE {where} AND c.valid_to IS NULL), "
-            f"(SELECT COUNT(*) FROM chunks c WHERE {where}), "
-            f"(SELECT COUNT(*) FROM edges e JOIN chunks c ON c.nid = e.src WHERE {where} AND e.valid_to IS NULL), "
-            f"(SELECT COUNT(*) FROM edges e JOIN chunks c ON c.nid = e.src WHERE {where}), "
-            f"(SELECT COUNT(*) FROM cooccurrence o JOIN chunks c ON c.nid = o.a WHERE {where}), "
-            f"(SELECT COUNT(*) FROM facts f JOIN chunks c ON c.nid = f.nid WHERE {where} AND f.valid_to IS NULL), "
-            f"(SELECT COUNT(*) FROM embeddings m JOIN chunks c ON c.nid = m.nid WHERE {where})", params * 7)[0]
-        keys = ("chunks", "chunks_total", "edges", "edges_total", "cooccurrence", "facts", "embeddings")
-        return {k: int(v) for k, v in zip(keys, row)}
+        conds, params = filter_conditions(filters, "%s", prefix="c.")
+        return count_dict(self.query(scoped_counts_sql(" AND ".join(conds) or "TRUE"), params * 7)[0])
 
     # ------------------------------------------------------------------ co-occurrence (Hebbian)
     def cooccurrence_weights(self, nids: Sequence[int]) -> dict[tuple[int, int], float]:

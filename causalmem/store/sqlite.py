@@ -27,9 +27,14 @@ import numpy as np
 
 from ..errors import SchemaVersionError, StoreError
 from ..types import Relation
+from ._common import (
+    CHUNK_FILTERS, COUNTS_SQL, EDGE_COLS, EDGE_FROM, EXPORTS, IMPORT_COLS, chunk_columns_of, count_dict,
+    edge_conditions, evidence_edges, export_record, filter_conditions, import_rows, reuse_groups, scoped_counts_sql,
+    sleep_edge_select,
+)
 from .base import (
-    CHUNK_DTYPE, COOC_DTYPE, EDGE_DTYPE, POLARITY_CODES, PROJECTION_CO_DTYPE, PROJECTION_EDGE_DTYPE, SOURCE_CODES,
-    SUBTYPE_CODES, ChainEdge, ChunkColumns, ChunkKey, ChunkRow, CooccurrencePair, CooccurrenceRow, EdgeRow,
+    CHUNK_DTYPE, COOC_DTYPE, EDGE_DTYPE, PROJECTION_CO_DTYPE, PROJECTION_EDGE_DTYPE, ChainEdge, ChunkColumns, ChunkKey,
+    ChunkRow, CooccurrencePair, CooccurrenceRow, EdgeRow,
     EmbeddingRow, EvidenceEdge, FactRow, HistoryRow, JudgeEdgeRow, MiningChunkRow, OutEdge, PathEdge, StoredVector,
     TaggedEdgeRow, batched, check_path, new_id, new_ids, text_hash,
 )
@@ -169,12 +174,6 @@ CHUNK_COLS = (
     "nid, id, text, kind, q_value, importance, created_at, event_time, user_id, agent_id, "
     "run_id, session_id, metadata, access_count, last_accessed_at, valid_to"
 )
-EDGE_COLS = (
-    "e.eid, e.id, s.id, d.id, e.relation, e.confidence, e.source, e.polarity, e.task_tag, "
-    "e.event_time, e.valid_to, e.superseded_by, e.discovered_at, e.subtype, e.invalid_reason, e.src, e.dst, "
-    "e.polarity_origin, e.evidence"
-)
-EDGE_FROM = "edges e JOIN chunks s ON s.nid = e.src JOIN chunks d ON d.nid = e.dst"
 #: relation -> (relation, rel_code) columns (an enum's ``.value`` is a property call per access)
 _REL_COLUMNS = {r: (r.value, r.code) for r in Relation}
 #: optional chunk / edge columns of the bulk inserts -> the value a row gives (left out of the
@@ -189,41 +188,7 @@ _EDGE_OPTIONAL: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "task_tag": lambda r: r.get("task_tag"), "event_time": lambda r: r.get("event_time")}
 #: ChunkKey from a (nid, id) pair in C (a NamedTuple's ``_make`` is a Python-level classmethod)
 _new_chunk_key = functools.partial(tuple.__new__, ChunkKey)
-_CHUNK_FILTERS = ("user_id", "agent_id", "run_id", "session_id", "kind")
-
-_CHUNK_EXPORT = ("id", "text", "kind", "q_value", "importance", "created_at", "event_time", "user_id", "agent_id",
-                 "run_id", "session_id", "metadata", "access_count", "last_accessed_at", "valid_to")
-#: what ``export_records`` reads after the meta rows: (record type, query, record keys in column order)
-_EXPORTS = (
-    ("chunk", f"SELECT {', '.join(_CHUNK_EXPORT)} FROM chunks ORDER BY nid", _CHUNK_EXPORT),
-    ("history", "SELECT c.id, h.event, h.old_text, h.new_text, h.at FROM chunk_history h "
-                "JOIN chunks c ON c.nid = h.nid ORDER BY h.hid", ("chunk", "event", "old_text", "new_text", "at")),
-    ("edge", "SELECT e.id, s.id, d.id, e.relation, e.subtype, e.confidence, e.source, e.polarity, e.polarity_origin, "
-             "e.evidence, e.task_tag, e.event_time, e.discovered_at, e.valid_to, e.invalid_reason, e.superseded_by "
-             f"FROM {EDGE_FROM} ORDER BY e.eid",
-     ("id", "src", "dst", "relation", "subtype", "confidence", "source", "polarity", "polarity_origin", "evidence",
-      "task_tag", "event_time", "discovered_at", "valid_to", "invalid_reason", "superseded_by")),
-    ("cooccurrence", "SELECT ca.id, cb.id, o.weight, o.hits, o.updated_at FROM cooccurrence o "
-                     "JOIN chunks ca ON ca.nid = o.a JOIN chunks cb ON cb.nid = o.b ORDER BY o.a, o.b",
-     ("a", "b", "weight", "hits", "updated_at")),
-    ("fact", "SELECT f.key, f.value, c.id, f.user_id, f.agent_id, f.run_id, f.confidence, f.created_at, f.valid_to "
-             "FROM facts f JOIN chunks c ON c.nid = f.nid ORDER BY f.fid",
-     ("key", "value", "chunk", "user_id", "agent_id", "run_id", "confidence", "created_at", "valid_to")),
-    ("embedding", "SELECT c.id, e.model, e.dim, e.text_hash, e.vector FROM embeddings e "
-                  "JOIN chunks c ON c.nid = e.nid ORDER BY e.nid", ("chunk", "model", "dim", "text_hash", "vector")),
-)
-
-
-def _case(column: str, codes: dict[str, int], other: int = 0) -> str:
-    whens = " ".join(f"WHEN {column} = '{k}' THEN {v}" for k, v in codes.items())
-    return f"CASE WHEN {column} IS NULL THEN 0 {whens} ELSE {other} END"
-
-
-_SLEEP_EDGE_SELECT = (
-    "SELECT eid, src, dst, rel_code, " + _case("subtype", SUBTYPE_CODES, 7) + ", confidence, "
-    + _case("source", SOURCE_CODES) + ", " + _case("polarity", POLARITY_CODES) + ", discovered_at, "
-    "superseded_by IS NOT NULL FROM edges WHERE valid_to IS NULL"
-)
+_SLEEP_EDGE_SELECT = sleep_edge_select("{}")
 
 
 #: meta key of the persistent change counter (``SQLiteStore.change_seq``)
@@ -535,13 +500,7 @@ class SQLiteStore:
         return self._one("PRAGMA user_version")
 
     def counts(self) -> dict[str, int]:
-        row = self.query(
-            "SELECT (SELECT COUNT(*) FROM chunks WHERE valid_to IS NULL), (SELECT COUNT(*) FROM chunks), "
-            "(SELECT COUNT(*) FROM edges WHERE valid_to IS NULL), (SELECT COUNT(*) FROM edges), "
-            "(SELECT COUNT(*) FROM cooccurrence), (SELECT COUNT(*) FROM facts WHERE valid_to IS NULL), "
-            "(SELECT COUNT(*) FROM embeddings)")[0]
-        keys = ("chunks", "chunks_total", "edges", "edges_total", "cooccurrence", "facts", "embeddings")
-        return dict(zip(keys, row))
+        return count_dict(self.query(COUNTS_SQL)[0])
 
     def edge_count(self) -> int:
         return self._one("SELECT COUNT(*) FROM edges")
@@ -589,14 +548,8 @@ class SQLiteStore:
 
         ``hashes``, when given, is filled with text -> text_hash for reuse by ``insert_chunks_bulk``."""
         hashes = {} if hashes is None else hashes
-        by_scope: dict[tuple, dict[int, str]] = {}
-        for text, scope in keys:
-            h = hashes.get(text)
-            if h is None:
-                h = hashes[text] = text_hash(text)
-            by_scope.setdefault(scope, {})[h] = text
         out: dict[tuple[str, tuple], ChunkKey] = {}
-        for scope, by_hash in by_scope.items():
+        for scope, by_hash in reuse_groups(keys, hashes).items():
             rows = self._select_in(
                 "SELECT nid, id, text FROM chunks INDEXED BY chunks_reuse WHERE text_hash IN ({ids}) AND "
                 "user_id IS ? AND agent_id IS ? AND run_id IS ? AND kind != 'turn' AND valid_to IS NULL ORDER BY nid",
@@ -607,13 +560,8 @@ class SQLiteStore:
 
     def chunk_nids(self, *, filters: Mapping[str, str | None], limit: int | None = None,
                    live_only: bool = True) -> list[int]:
-        conds, params = ["valid_to IS NULL"] if live_only else ["1"], []
-        for k, v in filters.items():
-            if k not in _CHUNK_FILTERS:
-                raise ValueError(f"unknown chunk filter {k!r}; allowed: {list(_CHUNK_FILTERS)}")
-            conds.append(f"{k} = ?" if v is not None else f"{k} IS NULL")
-            if v is not None:
-                params.append(v)
+        conds, params = filter_conditions(filters, "?", allowed=CHUNK_FILTERS, what="chunk filter")
+        conds.insert(0, "valid_to IS NULL" if live_only else "1")
         sql = f"SELECT nid FROM chunks WHERE {' AND '.join(conds)} ORDER BY nid"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
@@ -629,10 +577,7 @@ class SQLiteStore:
                 rows = cur.fetchmany(batch)
                 if not rows:
                     break
-                c = list(zip(*rows))
-                yield ChunkColumns(nid=c[0], kind=c[1], created_at=c[2], event_time=c[3], q_value=c[4],
-                                   importance=c[5], user_id=c[6], agent_id=c[7], run_id=c[8], session_id=c[9],
-                                   alive=c[10], text=c[11] if with_text else None)
+                yield chunk_columns_of(rows, with_text)
 
     def texts_of(self, nids: Sequence[int]) -> list[tuple[int, str]]:
         return self._select_in("SELECT nid, text FROM chunks WHERE nid IN ({ids})", [int(n) for n in nids])
@@ -787,21 +732,7 @@ class SQLiteStore:
 
     def edge_rows(self, *, nid: int | None = None, valid_only: bool = True,
                   direction: str = "both") -> list[EdgeRow]:
-        conds: list[str] = []
-        params: list[Any] = []
-        if nid is not None:
-            if direction == "out":
-                conds.append("e.src = ?")
-                params.append(nid)
-            elif direction == "in":
-                conds.append("e.dst = ?")
-                params.append(nid)
-            else:
-                conds.append("(e.src = ? OR e.dst = ?)")
-                params += [nid, nid]
-        if valid_only:
-            conds.append("e.valid_to IS NULL")
-        where = (" WHERE " + " AND ".join(conds)) if conds else ""
+        where, params = edge_conditions(nid, direction, valid_only, "?")
         return [EdgeRow._make(r) for r in self.query(f"SELECT {EDGE_COLS} FROM {EDGE_FROM}{where} ORDER BY e.eid",
                                                      params)]
 
@@ -945,17 +876,11 @@ class SQLiteStore:
     # ------------------------------------------------------------------ repeated evidence
     def valid_edges_for_pairs(self, keys: Sequence[tuple[int, int, str, str | None]]) -> dict[tuple, EvidenceEdge]:
         """(src, dst, relation, subtype) -> the oldest valid edge with exactly those, for the keys given."""
-        out: dict[tuple, EvidenceEdge] = {}
         wanted = set(keys)
         srcs = sorted({k[0] for k in wanted})
-        for row in self._select_in(
-                "SELECT eid, id, src, dst, relation, subtype, confidence, evidence, polarity, polarity_origin "
-                "FROM edges WHERE src IN ({ids}) AND valid_to IS NULL ORDER BY eid", srcs):
-            e = EvidenceEdge._make(row)
-            key = (e.src, e.dst, e.relation, e.subtype)
-            if key in wanted:
-                out.setdefault(key, e)
-        return out
+        return evidence_edges(self._select_in(
+            "SELECT eid, id, src, dst, relation, subtype, confidence, evidence, polarity, polarity_origin "
+            "FROM edges WHERE src IN ({ids}) AND valid_to IS NULL ORDER BY eid", srcs), wanted)
 
     def add_edge_evidence(self, rows: Iterable[tuple[float, int, str | None, str | None, int]]) -> None:
         """rows of (confidence, added evidence, polarity, polarity_origin, eid); a ``None`` polarity
@@ -1027,16 +952,13 @@ class SQLiteStore:
             for key, value in self.conn.execute("SELECT key, value FROM meta ORDER BY key").fetchall():
                 if not key.startswith("purged_max_") and key != CHANGE_SEQ_KEY:
                     yield "meta", {"key": key, "value": value}
-            for kind, sql, keys in _EXPORTS:
+            for kind, sql, keys in EXPORTS:
                 if kind == "embedding" and not vectors:
                     continue
                 cur = self.conn.execute(sql)
                 for rows in iter(lambda: cur.fetchmany(2000 if kind == "embedding" else 5000), []):
                     for row in rows:
-                        rec = dict(zip(keys, row))
-                        if kind == "chunk":
-                            rec["metadata"] = json.loads(rec["metadata"]) if rec["metadata"] else {}
-                        yield kind, rec
+                        yield kind, export_record(kind, keys, row)
 
     def existing_ids(self, ids: Sequence[str], kind: str) -> set[str]:
         """Which of ``ids`` (chunk or edge ids, ``kind`` says which) exist already."""
@@ -1046,68 +968,20 @@ class SQLiteStore:
     def import_records(self, records: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, int]:
         """Insert checked dump records (``portable.read_dump``) in the caller's transaction; chunk and
         edge keys are assigned in dump order after the current ones. Returns counts by type."""
-        nid_base = self._next_key("chunks", "nid") - 1
-        nid_of = {c["id"]: nid_base + 1 + i for i, c in enumerate(records.get("chunk", ()))}
-        self.conn.executemany(
-            "INSERT INTO chunks (nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, "
-            "access_count, last_accessed_at, user_id, agent_id, run_id, session_id, metadata, valid_to) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [(nid_of[c["id"]], c["id"], c["text"], text_hash(c["text"]), c["kind"], c["created_at"], c["event_time"],
-              c["q_value"], c["importance"], c["access_count"], c["last_accessed_at"], c["user_id"], c["agent_id"],
-              c["run_id"], c["session_id"], c["metadata"], c["valid_to"]) for c in records.get("chunk", ())])
-        self.conn.executemany(
-            "INSERT INTO chunk_history (nid, event, old_text, new_text, at) VALUES (?,?,?,?,?)",
-            [(nid_of[h["chunk"]], h["event"], h["old_text"], h["new_text"], h["at"])
-             for h in records.get("history", ())])
-        eid_base = self._next_key("edges", "eid") - 1
-        self.conn.executemany(
-            "INSERT INTO edges (eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, "
-            "polarity_origin, evidence, task_tag, event_time, discovered_at, valid_to, invalid_reason, superseded_by) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [(eid_base + 1 + i, e["id"], nid_of[e["src"]], nid_of[e["dst"]], e["relation"].value, e["relation"].code,
-              e["subtype"], e["confidence"], e["source"], e["polarity"], e["polarity_origin"], e["evidence"],
-              e["task_tag"], e["event_time"], e["discovered_at"], e["valid_to"], e["invalid_reason"],
-              e["superseded_by"]) for i, e in enumerate(records.get("edge", ()))])
-        co = []
-        for o in records.get("cooccurrence", ()):
-            a, b = nid_of[o["a"]], nid_of[o["b"]]
-            co.append((min(a, b), max(a, b), o["weight"], o["hits"], o["updated_at"]))
-        self.conn.executemany("INSERT INTO cooccurrence (a, b, weight, hits, updated_at) VALUES (?,?,?,?,?)", co)
-        self.conn.executemany(
-            "INSERT INTO facts (key, value, nid, user_id, agent_id, run_id, confidence, created_at, valid_to) "
-            "VALUES (?,?,?,?,?,?,?,?,?)",
-            [(f["key"], f["value"], nid_of[f["chunk"]], f["user_id"], f["agent_id"], f["run_id"], f["confidence"],
-              f["created_at"], f["valid_to"]) for f in records.get("fact", ())])
-        self.conn.executemany(
-            "INSERT OR REPLACE INTO embeddings (nid, model, dim, text_hash, vector) VALUES (?,?,?,?,?)",
-            [(nid_of[v["chunk"]], v["model"], v["dim"], v["text_hash"], v["vector"])
-             for v in records.get("embedding", ())])
-        self.conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                              [(m["key"], m["value"]) for m in records.get("meta", ())
-                               if not m["key"].startswith("purged_max_") and m["key"] != CHANGE_SEQ_KEY])
+        rows = import_rows(records, self._next_key("chunks", "nid") - 1, self._next_key("edges", "eid") - 1,
+                           skip_meta=(CHANGE_SEQ_KEY,))
+        for table, values in zip(IMPORT_COLS, rows):  # embeddings and meta replace, as their upserts do
+            verb = "INSERT OR REPLACE" if table in ("embeddings", "meta") else "INSERT"
+            cols = IMPORT_COLS[table]
+            self.conn.executemany(f"{verb} INTO {table} ({cols}) VALUES ({','.join('?' * (cols.count(',') + 1))})",
+                                  values)
         return {k: len(v) for k, v in records.items()}
 
     def scoped_counts(self, filters: Mapping[str, str | None]) -> dict[str, int]:
         """``counts()`` restricted to the chunks whose scope columns equal ``filters`` (edges and
         pairs counted by their source chunk, which shares its scope with the other end)."""
-        conds, params = [], []
-        for k, v in filters.items():
-            if k not in ("user_id", "agent_id", "run_id"):
-                raise ValueError(f"unknown scope filter {k!r}")
-            conds.append(f"c.{k} = ?" if v is not None else f"c.{k} IS NULL")
-            if v is not None:
-                params.append(v)
-        where = " AND ".join(conds) or "1"
-        row = self.query(
-            f"SELECT (SELECT COUNT(*) FROM chunks c WHERE {where} AND c.valid_to IS NULL), "
-            f"(SELECT COUNT(*) FROM chunks c WHERE {where}), "
-            f"(SELECT COUNT(*) FROM edges e JOIN chunks c ON c.nid = e.src WHERE {where} AND e.valid_to IS NULL), "
-            f"(SELECT COUNT(*) FROM edges e JOIN chunks c ON c.nid = e.src WHERE {where}), "
-            f"(SELECT COUNT(*) FROM cooccurrence o JOIN chunks c ON c.nid = o.a WHERE {where}), "
-            f"(SELECT COUNT(*) FROM facts f JOIN chunks c ON c.nid = f.nid WHERE {where} AND f.valid_to IS NULL), "
-            f"(SELECT COUNT(*) FROM embeddings m JOIN chunks c ON c.nid = m.nid WHERE {where})", params * 7)[0]
-        keys = ("chunks", "chunks_total", "edges", "edges_total", "cooccurrence", "facts", "embeddings")
-        return dict(zip(keys, row))
+        conds, params = filter_conditions(filters, "?", prefix="c.")
+        return count_dict(self.query(scoped_counts_sql(" AND ".join(conds) or "1"), params * 7)[0])
 
     def restore_edge(self, eid: int) -> None:
         self.conn.execute(
