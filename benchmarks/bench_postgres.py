@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from causalmem import Memory  # noqa: E402
-from causalmem.types import Relation  # noqa: E402
+from store_bench import build_store, vocab  # noqa: E402  (the same store shape as the SQLite store benchmark)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -54,11 +54,6 @@ def texts(rng: np.random.Generator, words: list[str], n: int, length: int = 6) -
     z = np.minimum(rng.zipf(1.3, size=(n, length)) - 1, len(words) - 1)
     tag = uuid.uuid4().hex[:6]
     return [" ".join(words[j] for j in row) + f" #{tag}{i}" for i, row in enumerate(z)]
-
-
-def vocab(rng: np.random.Generator, n_words: int = 20000) -> list[str]:
-    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
-    return ["".join(rng.choice(letters, size=int(rng.integers(3, 9)))) for _ in range(n_words)]
 
 
 def bench_record_many(target: str, rng, words, n_batches: int, size: int) -> float:
@@ -70,31 +65,6 @@ def bench_record_many(target: str, rng, words, n_batches: int, size: int) -> flo
             mem.record_many(batch)
             rates.append(size / (time.perf_counter() - t))
     return statistics.median(rates)
-
-
-def build_store(target: str, rng, words, n_chunks: int, n_edges: int) -> None:
-    """n_chunks chunks and n_edges random edges through the store's bulk API (both backends alike)."""
-    mem = Memory(target, embedder=None)
-    now = time.time()
-    rels = [Relation.CAUSED, Relation.ENABLED, Relation.PREVENTED, Relation.FACT]
-    step = 100_000
-    for lo in range(0, n_chunks, step):
-        n = min(step, n_chunks - lo)
-        with mem._store.transaction():
-            mem._store.insert_chunks_bulk([{"text": t, "kind": "decision", "created_at": now, "q_value": 0.5}
-                                           for t in texts(rng, words, n)])
-    for lo in range(0, n_edges, step):
-        n = min(step, n_edges - lo)
-        src = (rng.zipf(1.5, size=n) * 7919 + rng.integers(0, n_chunks, size=n)) % n_chunks + 1
-        dst = rng.integers(1, n_chunks + 1, size=n)
-        dst = np.where(dst == src, dst % n_chunks + 1, dst)
-        conf = rng.uniform(0.3, 1.0, size=n)
-        rel = rng.integers(0, len(rels), size=n)
-        with mem._store.transaction():
-            mem._store.insert_edges_bulk([{"src": int(s), "dst": int(d), "relation": rels[r], "confidence": float(c),
-                                           "source": "llm_inferred", "discovered_at": now}
-                                          for s, d, c, r in zip(src, dst, conf, rel)])
-    mem.close()
 
 
 def bench_rebuild(targets: dict[str, str], repeats: int) -> dict[str, tuple[float, float, int]]:
@@ -213,7 +183,7 @@ def build(work: Path, server: str, n: dict[str, int]) -> dict:
     for name in ("writes", "rebuild", "queries", "catchup"):
         plan[name] = {"pg": f"{server}{sep}schema=bench_{name}_{tag}", "sqlite": str(work / f"{name}_{tag}.db")}
     for t in plan["rebuild"].values():
-        build_store(t, np.random.default_rng(11), words, n["edges"] // 3, n["edges"])
+        build_store(t, np.random.default_rng(11), words, n["edges"] // 3, n["edges"]).close()
     for name in ("queries", "catchup"):
         decisions, outcomes = texts(rng, words, n["pairs"]), texts(rng, words, n["pairs"])
         for t in plan[name].values():

@@ -233,6 +233,36 @@ def test_deadlock_with_another_session_is_retried_inside(pg_dsn):
         assert other_error == []
 
 
+def test_writer_lock_held_elsewhere_is_waited_for_or_refused_at_once(pg_dsn):
+    """A write waits for another writer's lock up to the busy timeout (then a StoreError); with
+    ``wait=False`` it is refused at once, naming the lock; both work again once the lock is free."""
+    from causalmem.store.postgres import LOCK_NAMESPACE
+
+    store = PostgresStore(pg_dsn, busy_timeout_ms=300)
+    conn, schema = _admin(pg_dsn)
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_NAMESPACE, schema))
+            with pytest.raises(StoreError, match="not waiting"):
+                with store.transaction(wait=False):
+                    store.set_meta("k", "v")
+            t = time.perf_counter()
+            with pytest.raises(StoreError, match="locked by another writer"):
+                with store.transaction():
+                    store.set_meta("k", "v")
+            assert time.perf_counter() - t >= 0.25
+        seq = store.change_seq()
+        with store.transaction(wait=False):
+            store.set_meta("k", "v")
+        assert store.get_meta("k") == "v" and store.change_seq() == seq + 1
+        with store.transaction():  # a transaction that changes nothing leaves the sequence alone
+            store.get_meta("k")
+        assert store.change_seq() == seq + 1
+    finally:
+        conn.close()
+        store.close()
+
+
 def test_retryable_error_is_a_store_error():
     assert issubclass(RetryableStoreError, StoreError)
 

@@ -570,7 +570,8 @@ class PostgresStore:
         """The row cache, when this read may answer from it: outside a write transaction (which sees
         its own uncommitted rows), in a public call that has checked the change sequence (so another
         host's commit before this call is known), with every change up to that check applied."""
-        if self._depth > 0 or not getattr(self._tls, "fresh", False):
+        tls = self._tls
+        if self._depth > 0 or not getattr(tls, "fresh", False) or not getattr(tls, "calls", 0):
             return None
         cache = self._cache
         if cache.upto < self._seen_seq:  # changes noticed but not read from the log: start over
@@ -760,7 +761,7 @@ class PostgresStore:
             if seq != self._seen_seq:
                 self._seen_seq = seq
                 self._foreign += 1
-            self._tls.fresh = True
+            self._tls.fresh = getattr(self._tls, "calls", 0) > 0  # only inside a public call (see errors)
             return self._foreign
 
     def foreign_changes(self) -> dict[str, list[int]] | None:
