@@ -774,8 +774,6 @@ class PostgresStore:
             upto = self._seen_seq
             after = self._synced_seq
             own = sorted(s for s in self._own if after < s <= upto)
-            self._synced_seq = upto
-            self._own = {s for s in self._own if s > upto}
             # One round trip (several statements in one simple query; the values are integers): the
             # log's floor and the keys, and what the views will ask next: the changed chunks' rows,
             # the changed edges' states, the newest text-update event, the superseded set.
@@ -797,6 +795,8 @@ class PostgresStore:
             except psycopg.Error as exc:
                 raise self._store_error(exc, "reading the change log") from exc
             log_rows, chunk_rows, edge_rows, (last_update,), superseded = results
+            self._synced_seq = upto  # read: the views are in step up to here once they apply it
+            self._own = {s for s in self._own if s > upto}
             out: dict[str, set[int]] = {}
             floor = None
             for kind, key in log_rows:
