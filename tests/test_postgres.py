@@ -1,5 +1,5 @@
 """PostgreSQL backend on a real throwaway cluster (tests/pg_cluster.py): selection, schema
-guarantees, several processes ("hosts") on one memory, binary COPY projection, backup.
+guarantees, several processes ("hosts") on one memory, projection read as binary arrays, backup.
 
 The rest of the suite runs on PostgreSQL too with ``CAUSALMEM_TEST_BACKEND=postgres`` (.ci/run).
 """
@@ -267,9 +267,11 @@ def test_retryable_error_is_a_store_error():
     assert issubclass(RetryableStoreError, StoreError)
 
 
-# ---------------------------------------------------------------- projection by COPY
-def test_projection_by_binary_copy_matches_the_rows(pg_dsn):
+# ---------------------------------------------------------------- projection as binary arrays
+def test_projection_read_as_binary_arrays_matches_the_rows(pg_dsn):
     with Memory(pg_dsn, embedder=None) as mem:
+        empty = mem._store.projection_arrays()
+        assert len(empty["edges"]) == 0 and len(empty["co"]) == 0 and empty["n_nodes"] == 1
         edges = mem.record_many([(f"cause {i}", f"effect {i % 7}", "enabled" if i % 3 else "caused")
                                  for i in range(200)])
         mem.invalidate(edges[5].id)
@@ -284,6 +286,10 @@ def test_projection_by_binary_copy_matches_the_rows(pg_dsn):
         assert got["rel"].tolist() == [r[3] for r in rows]
         assert np.allclose(got["conf"], [r[4] for r in rows])
         assert arrays["n_nodes"] == mem._store.query("SELECT MAX(nid) FROM chunks")[0][0] + 1
+        with mem._store.transaction():
+            mem._store.upsert_cooccurrence([(1, 5, 0.25, 1.0), (2, 3, 0.5, 1.0)])
+        co = np.sort(mem._store.projection_arrays()["co"], order=["a", "b"])
+        assert co["a"].tolist() == [1, 2] and co["b"].tolist() == [5, 3] and co["w"].tolist() == [0.25, 0.5]
 
 
 # ---------------------------------------------------------------- several hosts
