@@ -54,6 +54,7 @@ sys.path.insert(0, str(REPO))
 
 from causalmem import Memory  # noqa: E402
 from causalmem import retrieval  # noqa: E402
+from causalmem.config import Config  # noqa: E402
 
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo-dev" / "locomo_dev.json"
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "locomo.md"
@@ -391,6 +392,19 @@ def markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines)
 
 
+def parse_config(spec: str) -> Config:
+    """``'a=1,b=0.5,c=true'`` -> ``Config(a=1, b=0.5, c=True)`` (each value as the field's default type)."""
+    kw: dict[str, Any] = {}
+    defaults = Config()
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        key, _, raw = item.partition("=")
+        if not hasattr(defaults, key):
+            raise SystemExit(f"locomo_retrieval: --config: Config has no field {key!r}")
+        kind = type(getattr(defaults, key))
+        kw[key] = raw.lower() in ("1", "true", "yes") if kind is bool else kind(raw)
+    return Config(**kw)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="path to locomo_dev.json")
@@ -400,7 +414,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--grid", choices=("full", "none"), default="full", help="'none': shipped constants only")
     ap.add_argument("--no-reinforce-run", action="store_true", help="skip the reinforce=on runs")
     ap.add_argument("--json", type=Path, default=None, help="also write the summaries as JSON here")
+    ap.add_argument("--config", default="", help="Config fields to override, e.g. 'hebbian_start=0,hebbian_step=0.1' "
+                    "(an ablation of the learning rule; default: Config())")
     args = ap.parse_args(argv)
+    cfg = parse_config(args.config)
     t0 = time.perf_counter()
     if not Path(args.data).is_file():  # never replace the committed table with empty rows
         print(f"locomo_retrieval: {args.data} not found (the eval data is read from ../shared/data "
@@ -428,7 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         base = Path(tmp) / "base.db"
         dia_of = build_store(convs, emb, base)
         print(f"store built in {time.perf_counter() - t0:.0f} s", flush=True)
-        shared = Memory(fresh_copy(base, "off.db"), embedder=emb)
+        shared = Memory(fresh_copy(base, "off.db"), embedder=emb, config=cfg)
         for label, channels, fusion in configs:
             points = grid_points(channels, fusion, args.grid)
             modes = [False] + ([True] if not args.no_reinforce_run and
@@ -437,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 by_point: dict[str, Scores] = {}
                 for k, (name, params) in enumerate(points):
                     if reinforce:
-                        with Memory(fresh_copy(base, f"on{k}.db"), embedder=emb) as mem:
+                        with Memory(fresh_copy(base, f"on{k}.db"), embedder=emb, config=cfg) as mem:
                             by_point[name] = ask_all(mem, convs, dia_of, channels, fusion, reinforce=True,
                                                      params=params)
                     else:
