@@ -280,6 +280,22 @@ def cross_validate(by_point: dict[str, Scores], conv_ids: list[str]) -> tuple[Sc
     return held, chosen
 
 
+def paired_cross_validate(on: dict[str, Scores], off: dict[str, Scores], conv_ids: list[str]
+                          ) -> tuple[Scores, Scores, dict[str, str]]:
+    """Reinforcement on and off scored at the SAME grid point per fold: the point with the best
+    criterion on the other two conversations averaged over both runs. Unpaired CV lets the two runs
+    pick different points, so their difference mixes the learning effect with fold-choice noise."""
+    names = list(on)
+    held_on: Scores = {}
+    held_off: Scores = {}
+    chosen: dict[str, str] = {}
+    for h in conv_ids:
+        train = [c for c in conv_ids if c != h]
+        best = max(names, key=lambda g: (_criterion(on[g], train) + _criterion(off[g], train), -names.index(g)))
+        held_on[h], held_off[h], chosen[h] = on[best][h], off[best][h], best
+    return held_on, held_off, chosen
+
+
 def best_in_sample(by_point: dict[str, Scores], conv_ids: list[str]) -> str:
     names = list(by_point)
     return max(names, key=lambda g: (_criterion(by_point[g], conv_ids), -names.index(g)))
@@ -349,7 +365,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
     lines = [
         "# LoCoMo-dev retrieval: one store as users run it, in-sample and cross-validated",
         "",
-        f"Command: `{meta['command']}`  ",
+        f"Command: `{meta['command']}`  " + (f"Config overrides: `{meta['config']}`.  " if meta.get("config") else ""),
         f"Data: `{meta['data']}` ({meta['n_conv']} conversations, {meta['n_q']} questions with evidence, "
         f"categories 1-5). Embedder: {meta['embedder']}. Runtime {meta['seconds']:.0f} s.",
         "",
@@ -380,6 +396,20 @@ def markdown(rows: list[dict], meta: dict) -> str:
         if r["label"].startswith(DEFAULT_LABEL):
             lines += _per_category(f"{r['label']}: cross-validated", r["cv"])
             lines += _per_category(f"{r['label']}: in-sample", r["in"])
+    if meta.get("paired"):
+        lines += ["## Paired: reinforcement on vs off at the same grid point per fold", "",
+                  "Each fold picks ONE grid point for both runs (best criterion on the two training conversations, "
+                  "averaged over the on and off runs), so the on - off difference is the learning effect, not two "
+                  "folds choosing differently.", "",
+                  "| configuration | on R@10 | off R@10 | on - off | on nDCG@10 | off nDCG@10 | on - off | "
+                  + " | ".join(f"held out {c}" for c in meta["conv_ids"]) + " |",
+                  "|---|---|---|---|---|---|---|" + "---|" * len(meta["conv_ids"])]
+        for pr in meta["paired"]:
+            a, b = pr["on"]["all"], pr["off"]["all"]
+            lines.append(f"| {pr['label']} | {a['R@10']:.4f} | {b['R@10']:.4f} | {a['R@10'] - b['R@10']:+.4f} | "
+                         f"{a['nDCG@10']:.4f} | {b['nDCG@10']:.4f} | {a['nDCG@10'] - b['nDCG@10']:+.4f} | "
+                         + " | ".join(f"`{pr['chosen'][c]}`" for c in meta["conv_ids"]) + " |")
+        lines.append("")
     lines += ["## Grid points chosen by the folds", "", "| configuration | " + " | ".join(
         f"held out {c}" for c in meta["conv_ids"]) + " | best on all three |", "|---" * (len(meta["conv_ids"]) + 2) + "|"]
     for r in rows:
@@ -441,6 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         wanted = [w.strip() for w in args.configs.split(",")]
         configs = [cfg for cfg in configs if any(w in cfg[0] for w in wanted)]
     rows: list[dict] = []
+    paired: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="locomo-") as tmp:
         base = Path(tmp) / "base.db"
         dia_of = build_store(convs, emb, base)
@@ -450,8 +481,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             points = grid_points(channels, fusion, args.grid)
             modes = [False] + ([True] if not args.no_reinforce_run and
                                any(label.startswith(r) or "**default**" in label for r in REINFORCED) else [])
+            runs: dict[bool, dict[str, Scores]] = {}
             for reinforce in modes:
-                by_point: dict[str, Scores] = {}
+                by_point: dict[str, Scores] = runs.setdefault(reinforce, {})
                 for k, (name, params) in enumerate(points):
                     if reinforce:
                         with Memory(fresh_copy(base, f"on{k}.db"), embedder=emb, config=cfg) as mem:
@@ -469,6 +501,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows.append(row)
                 print(f"{row['label']:60s} R@10 in {row['in']['all']['R@10']:.4f} cv {row['cv']['all']['R@10']:.4f} "
                       f"nDCG cv {row['cv']['all']['nDCG@10']:.4f}  ({time.perf_counter() - t0:.0f} s)", flush=True)
+            if len(runs) == 2 and len(points) > 1:
+                p_on, p_off, p_chosen = paired_cross_validate(runs[True], runs[False], conv_ids)
+                pair = {"label": label, "on": summarise_scores(p_on, conv_ids),
+                        "off": summarise_scores(p_off, conv_ids), "chosen": p_chosen}
+                paired.append(pair)
+                print(f"{label:60s} paired CV on {pair['on']['all']['R@10']:.4f} / {pair['on']['all']['nDCG@10']:.4f}"
+                      f" off {pair['off']['all']['R@10']:.4f} / {pair['off']['all']['nDCG@10']:.4f}", flush=True)
         shared.close()
     rows.sort(key=lambda r: (not r["label"].startswith("**default**"),))
     meta = {"command": "python benchmarks/locomo_retrieval.py " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -480,6 +519,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{k} in {{{', '.join(f'{v:g}' for v in vals)}}}" for k, vals in GRID_AXES.items())
             + " (graph_scale multiplies the forward and backward bonus weights; backward_ratio = backward / forward;"
               " each axis only where the configuration uses it)"}
+    meta["paired"] = paired
+    if args.config:
+        meta["config"] = args.config
     md = markdown(rows, meta)
     if args.json is not None:
         args.json.write_text(json.dumps({r["label"]: {"in": r["in"], "cv": r["cv"], "chosen": r["chosen"]}
