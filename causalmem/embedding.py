@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from .semantic import blob_to_vector
 from .store.base import text_hash
+from .vector_index import decode_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
 
-__all__ = ["EmbeddingWorker", "Progress", "embed_pending"]
+__all__ = ["EmbeddingWorker", "Progress", "embed_pending", "decode_rows"]
 
 logger = logging.getLogger("causalmem")
 
@@ -218,11 +218,3 @@ class EmbeddingWorker:
                 if not self._stop:
                     self._done = max(self._done, seen)
                 self._cond.notify_all()
-
-
-def decode_rows(rows: list[tuple[int, bytes]], dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """(nids, vectors) of stored (nid, blob) rows."""
-    if not rows:
-        return np.zeros(0, dtype=np.int64), np.zeros((0, dim), dtype=np.float32)
-    return (np.asarray([r[0] for r in rows], dtype=np.int64),
-            np.vstack([blob_to_vector(r[1], dim) for r in rows]))

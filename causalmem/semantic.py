@@ -304,27 +304,6 @@ def resolve_embedder(spec: Any) -> Embedder | None:
 # --------------------------------------------------------------------------- vectors
 
 
-def _normalise_rows(m: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(m, axis=1, keepdims=True)
-    np.maximum(norms, 1e-12, out=norms)  # a zero row stays zero instead of NaN
-    return (m / norms).astype(np.float32, copy=False)
-
-
-def vector_to_blob(v: np.ndarray) -> bytes:
-    """A 1-D vector as float32 little-endian bytes (the SQLite BLOB format)."""
-    a = np.asarray(v)
-    if a.ndim != 1:
-        raise ValueError(f"vector must be 1-D, got shape {a.shape}")
-    return a.astype("<f4", copy=False).tobytes()
-
-
-def blob_to_vector(b: bytes | bytearray | memoryview, dim: int) -> np.ndarray:
-    """Inverse of :func:`vector_to_blob`; a BLOB of the wrong size is a ``ValueError``."""
-    raw = bytes(b)
-    if len(raw) != 4 * dim:
-        raise ValueError(f"vector blob has {len(raw)} bytes, expected {4 * dim} for dim {dim}")
-    return np.frombuffer(raw, dtype="<f4").astype(np.float32)
-
-
-# the index of the stored vectors lives in vector_index.py (exact delta + usearch HNSW segment)
-from .vector_index import VectorIndex  # noqa: E402  (re-exported: part of this module's public names)
+# the index of the stored vectors and the BLOB codec live in vector_index.py (re-exported here: part of
+# this module's public names)
+from .vector_index import VectorIndex, _normalise_rows, blob_to_vector, vector_to_blob  # noqa: E402,F401

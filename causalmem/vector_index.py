@@ -45,17 +45,16 @@ import os
 import threading
 import time
 import weakref
-import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
 
-__all__ = ["VectorIndex", "ExactRows", "AnnSegment", "IndexKeeper", "usearch_available", "sidecar_dir",
-           "QUANTIZATIONS", "UNKNOWN_HASH"]
+__all__ = ["VectorIndex", "ExactRows", "AnnSegment", "Rows", "SegmentWriter", "IndexKeeper", "usearch_available",
+           "sidecar_dir", "QUANTIZATIONS", "UNKNOWN_HASH", "vector_to_blob", "blob_to_vector", "decode_rows"]
 
 log = logging.getLogger("causalmem")
 
@@ -63,7 +62,7 @@ log = logging.getLogger("causalmem")
 QUANTIZATIONS = ("f32", "f16", "i8")
 #: text hash of a vector whose source text is not known here (re-validated at the next load)
 UNKNOWN_HASH = -(1 << 63)
-FORMAT = "causalmem-vectors-1"
+FORMAT = "causalmem-vectors-2"
 _EMPTY = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
 
 
@@ -88,6 +87,33 @@ def _usearch_index() -> Any:
 def sidecar_dir(db_path: str | os.PathLike[str]) -> Path:
     """``agent.db`` -> ``agent.db.idx`` (the directory the persisted indexes live in)."""
     return Path(os.fspath(db_path) + ".idx")
+
+
+def vector_to_blob(v: np.ndarray) -> bytes:
+    """A 1-D vector as float32 little-endian bytes (the SQLite BLOB format)."""
+    a = np.asarray(v)
+    if a.ndim != 1:
+        raise ValueError(f"vector must be 1-D, got shape {a.shape}")
+    return a.astype("<f4", copy=False).tobytes()
+
+
+def blob_to_vector(b: bytes | bytearray | memoryview, dim: int) -> np.ndarray:
+    """Inverse of :func:`vector_to_blob`; a BLOB of the wrong size is a ``ValueError``."""
+    raw = bytes(b)
+    if len(raw) != 4 * dim:
+        raise ValueError(f"vector blob has {len(raw)} bytes, expected {4 * dim} for dim {dim}")
+    return np.frombuffer(raw, dtype="<f4").astype(np.float32)
+
+
+def decode_rows(rows: Sequence[Sequence[Any]], dim: int, blob: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(nids, float32 vectors) of stored rows: the nid in column 0, the BLOB in column ``blob``."""
+    if not rows:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, dim), dtype=np.float32)
+    nids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    raw = b"".join(bytes(r[blob]) for r in rows)
+    if len(raw) != 4 * dim * len(rows):  # some BLOB has the wrong size: name it
+        return nids, np.vstack([blob_to_vector(r[blob], dim) for r in rows])
+    return nids, np.frombuffer(raw, dtype="<f4").reshape(len(rows), dim).astype(np.float32)
 
 
 def _normalise_rows(m: np.ndarray) -> np.ndarray:
@@ -201,14 +227,109 @@ class ExactRows:
 # --------------------------------------------------------------------------- approximate segment
 
 
-class AnnSegment:
-    """An immutable usearch index over ``keys`` (sorted chunk ids) with a live mask by id."""
+def _dequantised(raw: np.ndarray) -> np.ndarray:
+    """Stored rows (f32 / f16 / i8 scaled by 127) as float32; a non-finite value (a damaged file) reads 0."""
+    out = raw.astype(np.float32) / np.float32(127.0) if raw.dtype == np.int8 else raw.astype(np.float32, copy=False)
+    if not np.isfinite(out).all():
+        out = np.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
+    return out
 
-    def __init__(self, index: Any, keys: np.ndarray, hashes: np.ndarray, *, path: Path | None = None) -> None:
+
+def _quantised(m: np.ndarray, dtype: str) -> np.ndarray:
+    """Normalised float32 rows in the storage type of a segment's rows."""
+    if dtype == "i8":
+        return np.clip(np.rint(m * 127.0), -127, 127).astype(np.int8)
+    return m.astype(np.float16 if dtype == "f16" else "<f4")
+
+
+def _bits(m: np.ndarray, center: np.ndarray) -> np.ndarray:
+    """Sign bits of (row - center), packed 8 per byte: what the binary HNSW graph indexes."""
+    return np.packbits(np.asarray(m, dtype=np.float32) > center, axis=-1)
+
+
+class Rows:
+    """A segment's vectors in key order, read by row: an array in memory, or a ``.npy`` file read with
+    ``pread`` (never memory-mapped, so reading a few hundred rows per search adds nothing to the RSS;
+    the file's pages stay in the page cache)."""
+
+    def __init__(self, dim: int, dtype: str, *, array: np.ndarray | None = None, path: Path | None = None) -> None:
+        self.dim, self.dtype = dim, dtype
+        self.array = array
+        self.path = path
+        self._np = np.dtype({"f32": "<f4", "f16": "<f2", "i8": "i1"}[dtype])
+        self.rowbytes = dim * self._np.itemsize
+        self.fd = -1
+        self.offset = 0
+        if array is not None:
+            self.n = int(array.shape[0])
+            return
+        assert path is not None
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            shape, fortran, dt = (np.lib.format.read_array_header_1_0(fh) if version == (1, 0)
+                                  else np.lib.format.read_array_header_2_0(fh))
+            self.offset = fh.tell()
+        if fortran or np.dtype(dt) != self._np or len(shape) != 2 or shape[1] != dim:
+            raise ValueError(f"rows file has shape {shape} / {dt}, expected (n, {dim}) {self._np}")
+        self.n = int(shape[0])
+        if os.path.getsize(path) != self.offset + self.n * self.rowbytes:
+            raise ValueError("rows file size does not match its header")
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter teardown
+            pass
+
+    def _read(self, lo: int, count: int) -> np.ndarray:
+        want = count * self.rowbytes
+        buf = os.pread(self.fd, want, self.offset + lo * self.rowbytes)
+        if len(buf) != want:
+            raise OSError(f"short read from {self.path}")
+        return np.frombuffer(buf, dtype=self._np).reshape(count, self.dim)
+
+    def take(self, pos: np.ndarray) -> np.ndarray:
+        """float32 rows at positions ``pos`` (any order, repeats allowed)."""
+        pos = np.asarray(pos, dtype=np.int64)
+        if pos.shape[0] == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if self.array is not None:
+            return _dequantised(self.array[pos])
+        uniq, back = np.unique(pos, return_inverse=True)
+        cuts = np.flatnonzero(np.diff(uniq) != 1) + 1
+        starts = np.concatenate([[0], cuts])
+        ends = np.concatenate([cuts, [uniq.shape[0]]])
+        parts = [self._read(int(uniq[a]), int(b - a)) for a, b in zip(starts.tolist(), ends.tolist())]
+        return _dequantised(np.concatenate(parts) if len(parts) > 1 else parts[0])[back]
+
+    def blocks(self, size: int = 32768) -> Iterable[tuple[int, np.ndarray]]:
+        """(first position, float32 rows) over every row, in order."""
+        for lo in range(0, self.n, size):
+            count = min(size, self.n - lo)
+            yield lo, (_dequantised(self.array[lo: lo + count]) if self.array is not None else
+                       _dequantised(self._read(lo, count)))
+
+
+class AnnSegment:
+    """An immutable segment: a binary HNSW graph (usearch ``b1``, Hamming distance over the sign bits of
+    ``row - center``) that proposes candidates, the rows that rescore them exactly, sorted ``keys`` with
+    their text ``hashes``, and a live mask by id (a removed or replaced id is masked out)."""
+
+    def __init__(self, index: Any, keys: np.ndarray, hashes: np.ndarray, rows: Rows, center: np.ndarray, *,
+                 path: Path | None = None, gen: str | None = None) -> None:
         self.index = index
         self.keys = keys
         self.hashes = hashes
-        self.path = path  # the file it is viewed from (None: in memory)
+        self.rows = rows
+        self.center = center
+        self.path = path  # the usearch file it is viewed from (None: in memory)
+        self.gen = gen  # the generation tag of its files
         top = int(keys[-1]) + 1 if keys.shape[0] else 0
         self.live = np.zeros(top, dtype=bool)
         self.live[keys] = True
@@ -229,16 +350,11 @@ class AnnSegment:
         return self.keys[self.live[self.keys]]
 
     def vectors(self, ids: np.ndarray) -> np.ndarray:
-        """Stored (dequantised) vectors of ``ids`` (every one must be in the index)."""
-        if ids.shape[0] == 0:
-            return np.zeros((0, self.index.ndim), dtype=np.float32)
-        got = self.index.get(ids.astype(np.uint64), dtype=np.float32)
-        if isinstance(got, tuple):
-            got = np.vstack(got)
-        return np.asarray(got, dtype=np.float32).reshape(ids.shape[0], -1)
+        """Stored vectors of ``ids`` (every one must be in the segment), float32."""
+        return self.rows.take(np.searchsorted(self.keys, ids))
 
     def search(self, q: np.ndarray, top_k: int, allowed: np.ndarray | None, exact_scope: int,
-               exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
+               exact: bool = False, rescore: int = 400, expansion: int = 64) -> tuple[np.ndarray, np.ndarray]:
         if self.n_live == 0:
             return _EMPTY
         filtered = allowed is not None or self.n_live < self.n_total
@@ -255,29 +371,42 @@ class AnnSegment:
         else:
             ok, m = self.live, self.n_live
         if exact or m <= exact_scope:
-            return self._exact(q, top_k, np.flatnonzero(ok))
+            return self._exact(q, top_k, ok, m)
         share = m / self.n_total
-        fetch = min(self.n_total, int(np.ceil(2 * top_k / share)) + top_k)
+        fetch = min(self.n_total, int(np.ceil(max(rescore, 4 * top_k) / share)))
+        qbits = _bits(q, self.center)
         while True:
-            res = self.index.search(q, fetch, threads=1)
+            self.index.expansion_search = max(expansion, fetch)
+            res = self.index.search(qbits, fetch, threads=1)
             keys = np.asarray(res.keys, dtype=np.int64)
-            scores = (1.0 - np.asarray(res.distances, dtype=np.float32)).astype(np.float32)
+            keys = keys[keys >= 0] if keys.shape[0] and keys.min() < 0 else keys
             if filtered:
-                keep = _mask_of(ok, keys)
-                keys, scores = keys[keep], scores[keep]
+                keys = keys[_mask_of(ok, keys)]
             if keys.shape[0] >= top_k or fetch >= self.n_total:
-                return _top_k(keys, scores, top_k)
+                return _top_k(keys, self.vectors(keys) @ q, top_k)
             fetch *= 4
             if fetch > max(self.n_total // 4, exact_scope):
-                return self._exact(q, top_k, np.flatnonzero(ok))
+                return self._exact(q, top_k, ok, m)
 
-    def _exact(self, q: np.ndarray, top_k: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _exact(self, q: np.ndarray, top_k: int, ok: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
         best_i, best_s = [], []
-        for s in range(0, ids.shape[0], 65536):  # bounded temporary memory on huge scopes
-            part = ids[s: s + 65536]
-            i, sc = _top_k(part, self.vectors(part) @ q, top_k)
-            best_i.append(i)
-            best_s.append(sc)
+        if m * 8 < self.n_total:  # a small part: read its rows
+            ids = np.flatnonzero(ok)
+            for s in range(0, ids.shape[0], 65536):  # bounded temporary memory on huge scopes
+                part = ids[s: s + 65536]
+                i, sc = _top_k(part, self.vectors(part) @ q, top_k)
+                best_i.append(i)
+                best_s.append(sc)
+        else:  # most of it: one sequential pass over the rows
+            for lo, block in self.rows.blocks():
+                keys = self.keys[lo: lo + block.shape[0]]
+                sel = _mask_of(ok, keys)
+                if sel.any():
+                    i, sc = _top_k(keys[sel], block[sel] @ q, top_k)
+                    best_i.append(i)
+                    best_s.append(sc)
+        if not best_i:
+            return _EMPTY
         return _top_k(np.concatenate(best_i), np.concatenate(best_s), top_k)
 
 
@@ -295,7 +424,7 @@ class VectorIndex:
 
     def __init__(self, dim: int, *, ann_min: int | None = 20_000, quantization: str = "f32",
                  connectivity: int = 16, expansion_add: int = 128, expansion_search: int = 64,
-                 exact_scope: int = 2048) -> None:
+                 exact_scope: int = 2048, rescore: int = 400) -> None:
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
             raise ValueError(f"dim must be a positive int, got {dim!r}")
         if ann_min is not None and (isinstance(ann_min, bool) or not isinstance(ann_min, (int, np.integer))
@@ -304,7 +433,8 @@ class VectorIndex:
         if quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
         for name, v in (("connectivity", connectivity), ("expansion_add", expansion_add),
-                        ("expansion_search", expansion_search), ("exact_scope", exact_scope)):
+                        ("expansion_search", expansion_search), ("exact_scope", exact_scope),
+                        ("rescore", rescore)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
         self.dim = int(dim)
@@ -312,12 +442,21 @@ class VectorIndex:
         self.quantization = quantization
         self.connectivity, self.expansion_add, self.expansion_search = connectivity, expansion_add, expansion_search
         self.exact_scope = exact_scope
+        self.rescore = rescore
         self.delta = ExactRows(self.dim)
         self.segment: AnnSegment | None = None
         self.ready = True  # False while the keeper loads a store's vectors into a fresh index
         self._dirty: set[int] | None = None  # ids changed since a snapshot began (None: no snapshot)
         self.ready_event = threading.Event()
         self.ready_event.set()
+        # set once the keeper knows how it loads: from files that hold the database's current state
+        # (``loading_fast``: ready in moments, a first search may wait for it) or by reading the store
+        self.plan_event = threading.Event()
+        self.plan_event.set()
+        self.loading_fast = False
+        #: the store's change_seq at which this index holds exactly the store's vectors (None: unknown);
+        #: set by the keeper's load, carried through own commits by ``Views``, saved in the files at close
+        self.seq: int | None = None
         self.builds = 0  # segments installed
 
     # ------------------------------------------------------------------ shape
@@ -467,7 +606,8 @@ class VectorIndex:
             return _EMPTY
         ids, scores = self.delta.search(q, int(top_k), allowed)
         if self.segment is not None and self.segment.n_live:
-            si, ss = self.segment.search(q, int(top_k), allowed, self.exact_scope, exact)
+            si, ss = self.segment.search(q, int(top_k), allowed, self.exact_scope, exact, self.rescore,
+                                         self.expansion_search)
             ids, scores = _top_k(np.concatenate([ids, si]), np.concatenate([scores, ss]), int(top_k))
         return ids, scores
 
@@ -481,6 +621,8 @@ class VectorIndex:
         """A fresh index whose store vectors are being loaded by the keeper."""
         self.ready = False
         self.ready_event.clear()
+        self.plan_event.clear()
+        self.loading_fast = False
         self.begin_snapshot()
 
     def needs_fold(self) -> str | None:
@@ -517,6 +659,21 @@ class VectorIndex:
         self._dirty = None
         self.ready = True
         self.ready_event.set()
+        self.plan_event.set()
+
+    def plan(self, fast: bool) -> None:
+        """The keeper's load plan (see ``plan_event``)."""
+        self.loading_fast = fast
+        self.plan_event.set()
+
+    def wait_fast_load(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for a load from current files (never for a load from the store)."""
+        if self.ready:
+            return True
+        deadline = time.monotonic() + timeout
+        if not self.plan_event.wait(timeout) or not self.loading_fast:
+            return self.ready
+        return self.ready_event.wait(max(0.0, deadline - time.monotonic()))
 
     def abandon_snapshot(self) -> None:
         self._dirty = None if self.ready else self._dirty
@@ -528,10 +685,9 @@ class VectorIndex:
             raise ImportError("an approximate segment needs usearch: pip install usearch")
         self.begin_snapshot()
         ids, mat, hashes = self.delta.snapshot()
-        got = folded_index(self, self.segment, ids, mat, hashes, _NoLock())
-        assert got is not None
-        index, keys, khashes = got
-        self.install(AnnSegment(index, keys, khashes), snapshot_delta=ids)
+        seg = fold_segment(self, self.segment, ids, mat, hashes, _NoLock(), None)
+        assert seg is not None
+        self.install(seg, snapshot_delta=ids)
 
 
 class _NoLock:
@@ -546,133 +702,367 @@ class _NoLock:
 
 
 def _new_usearch(vi: VectorIndex) -> Any:
+    """An empty binary HNSW graph: ``dim`` sign bits per vector, Hamming distance."""
     Index = _usearch_index()
-    return Index(ndim=vi.dim, metric="cos", dtype=vi.quantization, connectivity=vi.connectivity,
+    return Index(ndim=vi.dim, metric="hamming", dtype="b1", connectivity=vi.connectivity,
                  expansion_add=vi.expansion_add, expansion_search=vi.expansion_search)
 
 
-def _crc(path: Path) -> int:
-    crc = 0
-    with open(path, "rb") as fh:
+def _checksum(path: Path, stopping: Any = lambda: False) -> int | None:
+    """Wrapping sum of the file's little-endian 64-bit words (the tail zero-padded) plus its length,
+    read with ``read`` (page cache only, nothing mapped); None when stopped."""
+    total = 0
+    size = 0
+    with open(path, "rb", buffering=0) as fh:
+        buf = bytearray(1 << 23)
+        view = memoryview(buf)
         while True:
-            block = fh.read(1 << 23)
-            if not block:
-                return crc
-            crc = zlib.crc32(block, crc)
+            if stopping():
+                return None
+            got = fh.readinto(buf)
+            if not got:
+                break
+            size += got
+            words = got // 8 * 8
+            total += int(np.frombuffer(view[:words], dtype="<u8").sum(dtype=np.uint64))
+            if got > words:
+                total += int.from_bytes(bytes(view[words:got]).ljust(8, b"\0"), "little")
+    return (total + size) & 0xFFFFFFFFFFFFFFFF
 
 
-_FILES = ("vectors.usearch", "vectors.keys.npy", "vectors.json")
+def _npy_header(n: int, dim: int, dtype: np.dtype) -> bytes:
+    """A version 1.0 ``.npy`` header of a fixed 128 bytes (rewritten with the final row count)."""
+    text = repr({"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (n, dim)})
+    body = text.encode("latin1")
+    size = 128 - 10
+    return b"\x93NUMPY\x01\x00" + size.to_bytes(2, "little") + body + b" " * (size - len(body) - 1) + b"\n"
 
 
-def remove_sidecar(directory: Path) -> None:
-    for name in _FILES:
+HEADER = "vectors.json"
+_OLD_FILES = ("vectors.usearch", "vectors.keys.npy")  # format 1 (an HNSW over the vectors themselves)
+#: files of a replaced generation not named by the header are removed once this old (another
+#: process may be between writing its files and its header)
+_STALE_S = 600.0
+
+
+def _gen_files(directory: Path, gen: str) -> dict[str, Path]:
+    return {"usearch": directory / f"vectors-{gen}.usearch", "rows": directory / f"vectors-{gen}.rows.npy",
+            "keys": directory / f"vectors-{gen}.keys.npy"}
+
+
+def _read_header(directory: Path) -> dict[str, Any] | None:
+    try:
+        head = json.loads((directory / HEADER).read_text())
+    except (OSError, ValueError):
+        return None
+    return head if isinstance(head, dict) else None
+
+
+def _write_header(directory: Path, head: dict[str, Any]) -> None:
+    tmp = directory / f"{HEADER}.tmp{os.getpid()}.{threading.get_ident()}"
+    tmp.write_text(json.dumps(head, sort_keys=True))
+    os.replace(tmp, directory / HEADER)
+
+
+def _named(head: dict[str, Any] | None) -> set[str]:
+    """File names a header refers to."""
+    if not head:
+        return set()
+    names = {str(v[0]) for v in (head.get("files") or {}).values() if isinstance(v, list) and v}
+    delta = head.get("delta")
+    if isinstance(delta, list) and delta:
+        names.add(str(delta[0]))
+    return names
+
+
+def _tidy(directory: Path, keep: set[str], drop: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    """Remove vector files not in ``keep``: those in ``drop`` at once, others when stale."""
+    now = time.time()
+    for p in directory.glob("vectors*"):
+        if p.name == HEADER or p.name in keep:
+            continue
         try:
-            (directory / name).unlink()
+            if p.name in drop or p.name in _OLD_FILES or now - p.stat().st_mtime > _STALE_S:
+                p.unlink()
         except FileNotFoundError:
             pass
         except OSError as exc:
-            log.warning("causalmem: cannot remove %s: %s", directory / name, exc)
+            log.warning("causalmem: cannot remove %s: %s", p, exc)
 
 
-def save_sidecar(directory: Path, index: Any, keys: np.ndarray, hashes: np.ndarray, model: str,
-                 vi: VectorIndex) -> Path:
-    """Write the three files (temporary names, then renamed; the header last); returns the index path."""
-    directory.mkdir(parents=True, exist_ok=True)
-    tag = f".tmp{os.getpid()}.{threading.get_ident()}"
-    upath, kpath, hpath = (directory / (n + tag) for n in _FILES)
-    try:
-        index.save(str(upath))
-        pairs = np.ascontiguousarray(np.stack([keys, hashes], axis=1).astype("<i8"))
-        with open(kpath, "wb") as fh:
-            np.save(fh, pairs)
-        head = {"format": FORMAT, "model": model, "dim": vi.dim, "dtype": vi.quantization, "metric": "cos",
-                "connectivity": vi.connectivity, "count": int(keys.shape[0]),
-                "usearch_bytes": upath.stat().st_size, "usearch_crc32": _crc(upath),
-                "keys_bytes": kpath.stat().st_size, "keys_crc32": _crc(kpath), "saved_at": time.time()}
-        hpath.write_text(json.dumps(head, sort_keys=True))
+def remove_sidecar(directory: Path) -> None:
+    """Remove every vector index file (the header first: a half-removed set is never used)."""
+    for p in [directory / HEADER, *sorted(directory.glob("vectors*"))]:
         try:
-            (directory / _FILES[2]).unlink()  # no header while the pair is swapped: never a mixed pair
+            p.unlink()
         except FileNotFoundError:
             pass
-        os.replace(upath, directory / _FILES[0])
-        os.replace(kpath, directory / _FILES[1])
-        os.replace(hpath, directory / _FILES[2])
-    finally:
-        for p in (upath, kpath, hpath):
-            if p.exists():
+        except OSError as exc:
+            log.warning("causalmem: cannot remove %s: %s", p, exc)
+
+
+class SegmentWriter:
+    """Builds a segment from blocks in ascending key order (normalised float32 rows): the binary graph
+    takes their sign bits, the rows go to ``vectors-<gen>.rows.npy`` in ``directory`` (written as they
+    come: a 1M build never holds its vectors in memory) or to memory when ``directory`` is None."""
+
+    def __init__(self, vi: VectorIndex, directory: Path | None, center: np.ndarray | None = None,
+                 index: Any = None, stopping: Any = lambda: False) -> None:
+        self.vi = vi
+        self.directory = directory
+        self.center = center
+        self.index = index if index is not None else _new_usearch(vi)
+        self.stopping = stopping
+        self.gen = f"{int(time.time() * 1000):x}{os.urandom(4).hex()}"
+        self.keys: list[np.ndarray] = []
+        self.hashes: list[np.ndarray] = []
+        self.parts: list[np.ndarray] = []
+        self.n = 0
+        self._dtype = np.dtype({"f32": "<f4", "f16": "<f2", "i8": "i1"}[vi.quantization])
+        self.files = _gen_files(directory, self.gen) if directory is not None else None
+        self._fh: Any = None
+        if self.files is not None:
+            assert directory is not None
+            directory.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.files["rows"], "wb")
+            self._fh.write(_npy_header(0, vi.dim, self._dtype))
+
+    def add(self, ids: np.ndarray, mat: np.ndarray, hashes: np.ndarray, new: np.ndarray | None = None) -> bool:
+        """Rows ``mat`` of ``ids`` (above every id added before); ``new`` marks the rows the graph does not
+        hold yet (default: all). False when stopped."""
+        if ids.shape[0] == 0:
+            return True
+        if self.center is None:  # the sign bits are taken around the first block's mean
+            self.center = mat.mean(axis=0).astype(np.float32)
+        graph_ids = ids if new is None else ids[new]
+        graph_mat = mat if new is None else mat[new]
+        for s in range(0, graph_ids.shape[0], 4096):  # a stop request waits for one slice only
+            if self.stopping():
+                return False
+            self.index.add(graph_ids[s: s + 4096].astype(np.uint64), _bits(graph_mat[s: s + 4096], self.center),
+                           threads=2)
+        q = _quantised(mat, self.vi.quantization)
+        if self._fh is not None:
+            self._fh.write(np.ascontiguousarray(q).tobytes())
+        else:
+            self.parts.append(q)
+        self.keys.append(ids.astype(np.int64))
+        self.hashes.append(hashes.astype(np.int64))
+        self.n += int(ids.shape[0])
+        return True
+
+    def abort(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        for p in (self.files or {}).values():
+            try:
                 p.unlink()
-    return directory / _FILES[0]
+            except FileNotFoundError:
+                pass
+
+    def finish(self, model: str) -> AnnSegment:
+        """The segment: saved and reopened as a view from its files (then its header names them and the
+        previous generation's files are removed), or in memory without a directory / when saving fails."""
+        vi = self.vi
+        keys = np.concatenate(self.keys) if self.keys else np.zeros(0, np.int64)
+        hashes = np.concatenate(self.hashes) if self.hashes else np.zeros(0, np.int64)
+        if keys.shape[0] > 1 and np.any(np.diff(keys) <= 0):
+            self.abort()
+            raise ValueError("segment rows must come in ascending key order")
+        center = self.center if self.center is not None else np.zeros(vi.dim, np.float32)
+        if self.files is not None and self.directory is not None:
+            try:
+                return self._save(model, keys, hashes, center)
+            except (OSError, ValueError, RuntimeError) as exc:
+                log.warning("causalmem: cannot save the vector index in %s: %s (kept in memory)", self.directory, exc)
+                rows = Rows(vi.dim, vi.quantization, path=self.files["rows"])
+                rows_arr = rows.take(np.arange(rows.n))
+                rows.close()
+                self.abort()
+                return AnnSegment(self.index, keys, hashes, Rows(vi.dim, vi.quantization,
+                                                                 array=_quantised(rows_arr, vi.quantization)), center)
+        arr = np.concatenate(self.parts) if self.parts else np.zeros((0, vi.dim), self._dtype)
+        return AnnSegment(self.index, keys, hashes, Rows(vi.dim, vi.quantization, array=arr), center)
+
+    def _save(self, model: str, keys: np.ndarray, hashes: np.ndarray, center: np.ndarray) -> AnnSegment:
+        vi, files, directory = self.vi, self.files, self.directory
+        assert files is not None and directory is not None and self._fh is not None
+        fh, self._fh = self._fh, None
+        fh.seek(0)
+        fh.write(_npy_header(self.n, vi.dim, self._dtype))
+        fh.close()
+        self.index.save(str(files["usearch"]))
+        with open(files["keys"], "wb") as kf:
+            np.save(kf, np.ascontiguousarray(np.stack([keys, hashes], axis=1).astype("<i8")))
+        head = {"format": FORMAT, "model": model, "dim": vi.dim, "dtype": vi.quantization, "graph": "b1-hamming",
+                "connectivity": vi.connectivity, "count": int(keys.shape[0]), "gen": self.gen,
+                "center": [float(c) for c in center], "seq": None, "delta": None, "saved_at": time.time(),
+                "files": {k: [p.name, p.stat().st_size, _checksum(p)] for k, p in files.items()}}
+        before = _read_header(directory)
+        _write_header(directory, head)
+        _tidy(directory, _named(head), _named(before))
+        seg, why = open_sidecar(directory, model, vi)
+        if seg is None:
+            raise ValueError(f"the vector index just saved is not readable ({why})")
+        return seg
 
 
-def open_sidecar(directory: Path, model: str, vi: VectorIndex) -> tuple[AnnSegment | None, str]:
-    """The persisted segment as a memory-mapped view, or (None, why it is not usable)."""
-    upath, kpath, hpath = (directory / n for n in _FILES)
-    if not hpath.exists():
-        return None, "no index file"
+def open_sidecar(directory: Path, model: str, vi: VectorIndex, head: dict[str, Any] | None = None
+                 ) -> tuple[AnnSegment | None, str]:
+    """The persisted segment (its graph a memory-mapped view, its rows read by row), or (None, why not).
+
+    Checked here: the header against the embedder and the settings, every file's exact size, the keys
+    file's checksum and the graph file's checksum (native code reads the graph: it is never opened
+    unverified); the rows file's checksum is verified by the keeper after the load (:func:`verify_rows`)."""
+    if head is None:
+        if not (directory / HEADER).exists():
+            return None, "no index file"
+        head = _read_header(directory)
+        if head is None:
+            return None, "unreadable header"
     try:
-        head = json.loads(hpath.read_text())
-        want = {"format": FORMAT, "model": model, "dim": vi.dim, "dtype": vi.quantization, "metric": "cos"}
+        want = {"format": FORMAT, "model": model, "dim": vi.dim, "dtype": vi.quantization, "graph": "b1-hamming"}
         for k, v in want.items():
             if head.get(k) != v:
                 return None, f"header {k}={head.get(k)!r}, expected {v!r}"
-        if upath.stat().st_size != head["usearch_bytes"] or kpath.stat().st_size != head["keys_bytes"]:
-            return None, "file size differs from the header (truncated or replaced)"
-        if _crc(kpath) != head["keys_crc32"] or _crc(upath) != head["usearch_crc32"]:
-            return None, "checksum mismatch (corrupt file)"
-        with open(kpath, "rb") as fh:
+        files = {k: directory / str(head["files"][k][0]) for k in ("usearch", "rows", "keys")}
+        for k, p in files.items():
+            if p.parent != directory or p.stat().st_size != int(head["files"][k][1]):
+                return None, f"{k} file size differs from the header (truncated or replaced)"
+        if _checksum(files["keys"]) != int(head["files"]["keys"][2]):
+            return None, "checksum mismatch in the keys file (corrupt file)"
+        if _checksum(files["usearch"]) != int(head["files"]["usearch"][2]):
+            return None, "checksum mismatch in the graph file (corrupt file)"
+        with open(files["keys"], "rb") as fh:
             pairs = np.load(fh, allow_pickle=False)
         if pairs.ndim != 2 or pairs.shape != (head["count"], 2) or pairs.dtype.kind != "i":
             return None, "keys file has the wrong shape"
         keys, hashes = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
         if keys.shape[0] and (np.any(np.diff(keys) <= 0) or keys[0] < 0):
             return None, "keys are not strictly ascending"
-        index = _usearch_index().restore(str(upath), view=True)
+        center = np.asarray(head["center"], dtype=np.float32)
+        if center.shape != (vi.dim,) or not np.isfinite(center).all():
+            return None, "header center has the wrong shape"
+        rows = Rows(vi.dim, vi.quantization, path=files["rows"])
+        if rows.n != keys.shape[0]:
+            rows.close()
+            return None, "rows file does not match its keys"
+        index = _usearch_index().restore(str(files["usearch"]), view=True)
         if index is None or index.ndim != vi.dim or index.size != keys.shape[0]:
-            return None, "usearch file does not match its keys"
+            rows.close()
+            return None, "graph file does not match its keys"
         index.expansion_search = vi.expansion_search
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
         return None, f"unreadable ({type(exc).__name__}: {exc})"
-    return AnnSegment(index, keys, hashes, path=upath), "ok"
+    return AnnSegment(index, keys, hashes, rows, center, path=files["usearch"], gen=str(head["gen"])), "ok"
 
 
-def _add(index: Any, ids: np.ndarray, mat: np.ndarray, stopping: Any = lambda: False) -> bool:
-    """Add in slices of 4,096 (a stop request waits for one slice only); False when stopped."""
-    for s in range(0, ids.shape[0], 4096):
-        if stopping():
-            return False
-        index.add(ids[s: s + 4096].astype(np.uint64), mat[s: s + 4096], threads=2)
+def verify_rows(directory: Path, seg: AnnSegment, stopping: Any = lambda: False) -> bool | None:
+    """Whether the segment's rows file still has the checksum its header recorded (None: stopped, or the
+    header names another generation now)."""
+    head = _read_header(directory)
+    if head is None or head.get("gen") != seg.gen or seg.rows.path is None:
+        return None
+    got = _checksum(seg.rows.path, stopping)
+    return None if got is None else got == int(head["files"]["rows"][2])
+
+
+def stamp_sidecar(directory: Path, vi: VectorIndex, seq: int) -> bool:
+    """Record in the header that the files + a small delta file hold exactly the vectors of the database
+    at ``change_seq == seq`` (at close): the next open then uses them without reading the database.
+    The delta file holds the in-memory delta and the segment ids masked since the segment was saved."""
+    seg = vi.segment
+    if seg is None or seg.gen is None or not vi.ready:
+        return False
+    head = _read_header(directory)
+    if head is None or head.get("gen") != seg.gen:
+        return False
+    gone = seg.keys[~seg.live[seg.keys]]
+    ids, mat, hashes = vi.delta.snapshot()
+    old = _named({"delta": head.get("delta")})
+    if gone.shape[0] or ids.shape[0]:
+        name = f"vectors-{seg.gen}.delta-{os.urandom(4).hex()}.npz"
+        path = directory / name
+        with open(path, "wb") as fh:
+            np.savez(fh, ids=ids, vectors=mat.astype("<f4"), hashes=hashes, gone=gone)
+        head["delta"] = [name, path.stat().st_size, _checksum(path)]
+    else:
+        head["delta"] = None
+    head["seq"] = int(seq)
+    _write_header(directory, head)
+    _tidy(directory, _named(head), old - _named(head))
     return True
 
 
-def folded_index(vi: VectorIndex, seg: AnnSegment | None, ids: np.ndarray, mat: np.ndarray, hashes: np.ndarray,
-                 lock: Any, stopping: Any = lambda: False) -> tuple[Any, np.ndarray, np.ndarray] | None:
-    """A usearch index holding ``seg``'s live vectors plus (ids, mat): a copy of the segment (loaded from
-    its file when it is a view) with the tombstones removed and the new vectors added."""
+def read_delta(directory: Path, head: dict[str, Any], dim: int
+               ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None:
+    """((ids, vectors, hashes), gone ids) of a stamped header's delta file; None when damaged."""
+    delta = head.get("delta")
+    if not delta:
+        return (np.zeros(0, np.int64), np.zeros((0, dim), np.float32), np.zeros(0, np.int64)), np.zeros(0, np.int64)
+    try:
+        path = directory / str(delta[0])
+        if path.stat().st_size != int(delta[1]) or _checksum(path) != int(delta[2]):
+            return None
+        with np.load(path, allow_pickle=False) as z:
+            ids, vecs, hashes, gone = (np.asarray(z[k]) for k in ("ids", "vectors", "hashes", "gone"))
+        if vecs.shape != (ids.shape[0], dim) or hashes.shape != ids.shape or not np.isfinite(vecs).all():
+            return None
+        return (ids.astype(np.int64), vecs.astype(np.float32), hashes.astype(np.int64)), gone.astype(np.int64)
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def fold_segment(vi: VectorIndex, seg: AnnSegment | None, ids: np.ndarray, mat: np.ndarray, hashes: np.ndarray,
+                 lock: Any, directory: Path | None, model: str = "", stopping: Any = lambda: False
+                 ) -> AnnSegment | None:
+    """A new segment holding ``seg``'s live vectors plus (ids, mat): the graph is a copy of the segment's
+    (loaded from its file when it is a view) with the masked ids removed and the new bits added; the
+    rows are merged in key order. None when stopped."""
     if seg is not None:
         index = _usearch_index().restore(str(seg.path), view=False) if seg.path is not None else seg.index.copy()
         with lock:  # the live mask changes under the lock
-            live = seg.live[seg.keys]
+            live = seg.live[seg.keys].copy()
         gone = seg.keys[~live]
         if gone.shape[0]:
             index.remove(gone.astype(np.uint64))
         index.expansion_add = vi.expansion_add
         index.expansion_search = vi.expansion_search
-        live_keys, live_hashes = seg.keys[live], seg.hashes[live]
+        old_pos = np.flatnonzero(live)
+        old_keys, old_hashes = seg.keys[old_pos], seg.hashes[old_pos]
+        writer = SegmentWriter(vi, directory, seg.center, index, stopping)
     else:
-        index = _new_usearch(vi)
-        live_keys = live_hashes = np.zeros(0, np.int64)
-    if not _add(index, ids, mat, stopping):
-        return None
-    keys = np.concatenate([live_keys, ids])
-    khashes = np.concatenate([live_hashes, hashes])
-    order = np.argsort(keys)
-    return index, keys[order], khashes[order]
+        old_pos = old_keys = old_hashes = np.zeros(0, np.int64)
+        writer = SegmentWriter(vi, directory, None, None, stopping)
+    n_old = old_keys.shape[0]
+    all_keys = np.concatenate([old_keys, ids.astype(np.int64)])
+    all_hashes = np.concatenate([old_hashes, hashes.astype(np.int64)])
+    order = np.argsort(all_keys, kind="stable")
+    try:
+        for s in range(0, order.shape[0], 32768):
+            o = order[s: s + 32768]
+            old = o < n_old
+            block = np.empty((o.shape[0], vi.dim), dtype=np.float32)
+            if old.any():
+                assert seg is not None
+                block[old] = seg.rows.take(old_pos[o[old]])
+            block[~old] = mat[o[~old] - n_old]
+            if not writer.add(all_keys[o], block, all_hashes[o], new=~old):
+                writer.abort()
+                return None
+        return writer.finish(model)
+    except BaseException:
+        writer.abort()
+        raise
 
 
 # --------------------------------------------------------------------------- the keeper thread
 
 #: rows per store read (each read holds the in-process lock briefly)
 _PAGE = 20_000
+#: a load reading at most this many vectors from the store is quick enough for a first search to wait
+FAST_STORE_READ = 30_000
 #: a store with at least this many vectors and no usable sidecar gets its segment built straight from
 #: the store (its vectors never sit in the exact delta); smaller ones are loaded exact, then folded
 DIRECT_BUILD = 200_000
@@ -802,16 +1192,18 @@ class IndexKeeper:
             after = rows[-1][0]
 
     def _decode(self, rows: list[tuple], dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        ids, vecs = decode_rows(rows, dim, blob=2)
         hashes = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
-        vecs = np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(len(rows), dim)
-        return ids, vecs.astype(np.float32), hashes
+        return ids, vecs, hashes
 
-    def _install(self, vi: VectorIndex, *args: Any, **kw: Any) -> bool:
+    def _install(self, vi: VectorIndex, *args: Any, loaded: bool = False, **kw: Any) -> bool:
+        """Swap under the lock; ``loaded``: a load made the index equal to the store's vectors now."""
         with self.views.lock:
             if self.views.vectors is not vi:  # reset meanwhile: the work is dropped
                 return False
             vi.install(*args, **kw)
+            if loaded:
+                vi.seq = self.views.vector_seq_now()
             return True
 
     def _load(self, vi: VectorIndex, model: str) -> None:
@@ -819,14 +1211,37 @@ class IndexKeeper:
         dim = vi.dim
         directory = self._sidecar()
         seg, why = (None, "no sidecar for this store")
+        head = None
         if directory is not None and vi.ann_min is not None:
-            seg, why = open_sidecar(directory, model, vi)
+            head = _read_header(directory) if (directory / HEADER).exists() else None
+            seq = head.get("seq") if head is not None else None
+            if seq is not None:
+                with self.views.lock:
+                    current = self.views._read_seq()
+                if seq == current:
+                    vi.plan(fast=True)
+            seg, why = open_sidecar(directory, model, vi, head) if head is not None else (
+                (None, "no index file") if not (directory / HEADER).exists() else (None, "unreadable header"))
             if seg is None and why != "no index file":
                 log.warning("causalmem: vector index %s not used (%s): rebuilding it", directory, why)
                 remove_sidecar(directory)
+            if seg is not None and vi.loading_fast and head is not None:
+                got = read_delta(directory, head, dim)
+                if got is not None:  # the files hold the database's vectors at its current change_seq
+                    extra, gone = got
+                    seg.tombstone(gone)
+                    if self._install(vi, seg, extra, loaded=True):
+                        self.loads += 1
+                        log.info("causalmem: vector index mapped in %.3f s (files current; %d in the delta)",
+                                 time.perf_counter() - t0, extra[0].shape[0])
+                        self._verify(vi, seg, directory)
+                    return
+                log.warning("causalmem: vector index delta file in %s is damaged: checking every vector", directory)
+        self._plan_store_read(vi, model)
         # the database's current (id, text hash) pairs decide which persisted vectors are still valid
         keys = [np.asarray(p, dtype=np.int64).reshape(-1, 2) for p in self._pages(model, with_vectors=False)]
         cur = np.concatenate(keys) if keys else np.zeros((0, 2), dtype=np.int64)
+        del keys
         if seg is not None:
             pos = np.searchsorted(seg.keys, cur[:, 0])
             pos = np.minimum(pos, max(seg.keys.shape[0] - 1, 0))
@@ -843,10 +1258,35 @@ class IndexKeeper:
             self._fresh(vi, model, loading=True)
             return
         extra = self._read_vectors(model, missing, dim)
-        if self._install(vi, seg, extra):
+        if self._install(vi, seg, extra, loaded=True):
             self.loads += 1
             log.info("causalmem: vector index ready in %.2f s (%s; %d from the store)",
                      time.perf_counter() - t0, "persisted segment" if seg is not None else why, extra[0].shape[0])
+            if seg is not None and directory is not None:
+                self._verify(vi, seg, directory)
+
+    def _plan_store_read(self, vi: VectorIndex, model: str) -> None:
+        """A load that reads the store: quick (a first search may wait for it) up to ``FAST_STORE_READ``
+        vectors, told by reading at most that many (id, hash) pairs."""
+        paged = getattr(self.views.store, "embedding_rows", None)
+        small = False
+        if paged is not None:
+            with self.views.lock:
+                small = len(paged(model, after_nid=0, limit=FAST_STORE_READ + 1, with_vectors=False)) <= FAST_STORE_READ
+        vi.plan(fast=small)
+
+    def _verify(self, vi: VectorIndex, seg: AnnSegment, directory: Path) -> None:
+        """After a load from the files: the rows file's checksum (read with ``read``, not mapped); a
+        damaged file is dropped and the index rebuilt from the store."""
+        ok = verify_rows(directory, seg, lambda: self._stop)
+        if ok is not False:
+            return
+        log.warning("causalmem: vector index %s not used (checksum mismatch in the rows file): rebuilding it",
+                    directory)
+        remove_sidecar(directory)
+        with self.views.lock:
+            if self.views.vectors is vi:
+                self.views.vectors = None  # the next search creates a new index, which the keeper builds
 
     def _read_vectors(self, model: str, nids: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         out = []
@@ -875,58 +1315,40 @@ class IndexKeeper:
         return (np.concatenate([o[0] for o in out]), np.vstack([o[1] for o in out]),
                 np.concatenate([o[2] for o in out]))
 
-    def _persist(self, vi: VectorIndex, index: Any, keys: np.ndarray, hashes: np.ndarray,
-                 model: str) -> AnnSegment:
-        """Save ``index`` next to the database and reopen it as a view (RAM freed); in memory otherwise."""
-        order = np.argsort(keys)
-        keys, hashes = keys[order], hashes[order]
-        directory = self._sidecar()
-        if directory is not None:
-            try:
-                save_sidecar(directory, index, keys, hashes, model, vi)
-                seg, why = open_sidecar(directory, model, vi)
-                if seg is not None:
-                    return seg
-                log.warning("causalmem: vector index just saved in %s is not readable (%s)", directory, why)
-            except OSError as exc:
-                log.warning("causalmem: cannot save the vector index in %s: %s (kept in memory)", directory, exc)
-        return AnnSegment(index, keys, hashes)
-
     def _fresh(self, vi: VectorIndex, model: str, loading: bool = False) -> None:
-        """A new segment from every current vector in the store (paged reads)."""
+        """A new segment from every current vector in the store (paged reads, ascending ids)."""
         t0 = time.perf_counter()
-        index = _new_usearch(vi)
-        keys, hashes = [], []
-        for rows in self._pages(model, with_vectors=True):
-            ids, vecs, h = self._decode(rows, vi.dim)
-            if not _add(index, ids, vecs, lambda: self._stop):
+        writer = SegmentWriter(vi, self._sidecar(), stopping=lambda: self._stop)
+        try:
+            for rows in self._pages(model, with_vectors=True):
+                ids, vecs, h = self._decode(rows, vi.dim)
+                if not writer.add(ids, _normalise_rows(vecs), h):
+                    writer.abort()
+                    return
+            if self._stop:
+                writer.abort()
                 return
-            keys.append(ids)
-            hashes.append(h)
-        if self._stop:
-            return
-        k = np.concatenate(keys) if keys else np.zeros(0, np.int64)
-        h = np.concatenate(hashes) if hashes else np.zeros(0, np.int64)
-        seg = self._persist(vi, index, k, h, model)
-        del index
+            seg = writer.finish(model)
+        except BaseException:
+            writer.abort()
+            raise
         with self.views.lock:
             if self.views.vectors is not vi:
                 return
             # delta ids older than the snapshot are in the store read; newer ones are dirty (kept)
             vi.install(seg, None, snapshot_delta=vi.delta.ids().copy())
+            if loading:
+                vi.seq = self.views.vector_seq_now()
         log.info("causalmem: vector index built from the store in %.1f s (%d vectors)", time.perf_counter() - t0,
-                 k.shape[0])
+                 seg.n_total)
 
     def _fold(self, vi: VectorIndex, model: str, snap: tuple) -> None:
         """The delta folded into a copy of the segment (usearch adds: no rebuild of the graph)."""
         t0 = time.perf_counter()
         seg, ids, mat, hashes = snap
-        got = folded_index(vi, seg, ids, mat, hashes, self.views.lock, lambda: self._stop)
-        if got is None:
+        new = fold_segment(vi, seg, ids, mat, hashes, self.views.lock, self._sidecar(), model, lambda: self._stop)
+        if new is None:
             return
-        index, keys, khashes = got
-        new = self._persist(vi, index, keys, khashes, model)
-        del index
         if self._install(vi, new, None, snapshot_delta=ids):
             log.info("causalmem: %d vectors folded into the index in %.1f s (%d live)", ids.shape[0],
                      time.perf_counter() - t0, new.n_live)

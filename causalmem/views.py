@@ -24,14 +24,14 @@ import numpy as np
 
 from . import sidecar
 from .chunks import ChunkTable
-from .embedding import EmbeddingWorker, Progress, decode_rows, embed_pending
+from .embedding import EmbeddingWorker, Progress, embed_pending
 from .config import Config
 from .lexical import BM25Index
 from .onnx_embedder import QueryVectorCache
 from .graph import CausalGraph
 from .projection import Projection
-from .semantic import Embedder, blob_to_vector, resolve_embedder, vector_to_blob
-from .vector_index import UNKNOWN_HASH, IndexKeeper, VectorIndex, remove_sidecar
+from .semantic import Embedder, resolve_embedder, vector_to_blob
+from .vector_index import UNKNOWN_HASH, IndexKeeper, VectorIndex, decode_rows, remove_sidecar, stamp_sidecar
 from .store.base import ChunkColumns, EmbeddingRow, StoreBackend, text_hash
 from . import learning
 from .errors import StoreError
@@ -43,6 +43,8 @@ __all__ = ["Views", "NewChunk", "Effects", "Scope"]
 
 #: while the vector index loads, a scope of at most this many chunks is searched exactly from the store
 SCOPE_FROM_STORE = 4096
+#: a search waits this long (outside the lock) for a vector index being mapped from current files
+FAST_LOAD_WAIT_S = 2.0
 #: seconds after open before the background worker looks for an earlier process's queue
 RESUME_DELAY_S = 1.0
 #: after-commit callbacks of one write
@@ -153,11 +155,16 @@ class Views:
         emb = self.embedder
         if emb is None:
             return None
-        if self.vectors is None or not len(self.vectors):
+        vi = self.vectors
+        if vi is None or not len(vi):
             with self.lock:
                 if not self.store.has_embeddings(emb.model_name):
                     return None
-        return self.query_cache.get(emb, query)[None, :]
+                vi = self.vector_index()  # the keeper starts loading while the query is encoded
+        qvec = self.query_cache.get(emb, query)[None, :]
+        if vi is not None and not vi.ready:  # index files current: mapped in moments, worth a short wait
+            vi.wait_fast_load(FAST_LOAD_WAIT_S)
+        return qvec
 
     def store_vectors(self, items: Sequence[tuple[int, str, np.ndarray]]) -> None:
         """Persist (nid, text, vector) rows for the current embedder, in the caller's transaction."""
@@ -231,6 +238,7 @@ class Views:
             finally:
                 try:
                     self.save_sidecars()  # never raises
+                    self.stamp_vectors()  # never raises
                 finally:
                     self.store.close()
 
@@ -431,6 +439,23 @@ class Views:
                 log.warning("causalmem: could not save the index files in %s: %s", directory, exc)
         return written
 
+    def stamp_vectors(self) -> bool:
+        """At close: when the vector index holds the store's current state, record it in the index
+        files' header (with a small delta file), so the next open maps them without reading the store."""
+        vi, directory = self.vectors, self.sidecar_dir
+        if vi is None or directory is None or getattr(self.store, "read_only", False):
+            return False
+        with self.lock:
+            try:
+                self.sync_external()
+                seq = vi.seq
+                if seq is None or self._read_seq() != seq or not vi.ready or vi is not self.vectors:
+                    return False
+                return stamp_sidecar(directory, vi, seq)
+            except Exception as exc:  # a full disk or a read-only directory must not fail close()
+                log.warning("causalmem: could not stamp the vector index in %s: %s", directory, exc)
+                return False
+
     def vector_index(self) -> VectorIndex | None:
         """The vector index (created empty: the keeper thread loads the stored vectors into it).
 
@@ -448,6 +473,8 @@ class Views:
             if self.store.has_embeddings(emb.model_name):
                 index.mark_loading()
                 self.keeper.kick()
+            else:  # nothing to load: the empty index is the store's state
+                index.seq = self.vector_seq_now()
         return self.vectors
 
     def vector_search(self, qvec: np.ndarray, top_k: int, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -538,20 +565,31 @@ class Views:
 
     def _track_commit(self) -> None:
         """After an own commit: the views now hold the committed state if they held the one before."""
+        vi = self.vectors
         if not hasattr(self.store, "committed_seq"):
             self._seq = None
+            if vi is not None:
+                vi.seq = None
             return
         committed = self.store.committed_seq
         if committed is None:
             return  # nothing changed
         before = getattr(self.store, "committed_from", None)
         self._seq = committed if self._seq is not None and before is not None and self._seq == before else None
+        if vi is not None:
+            vi.seq = committed if vi.seq is not None and before is not None and vi.seq == before else None
+
+    def vector_seq_now(self) -> int | None:
+        """The store's change_seq when this process has seen every commit (the caller holds the lock)."""
+        return self._read_seq() if self.store.data_version() == self._data_version else None
 
     def sync_external(self) -> None:
         """Another connection committed: bring the views up to date with the store."""
         dv = self.store.data_version()
         if dv != self._data_version:
             self._data_version = dv
+            if self.vectors is not None:
+                self.vectors.seq = None  # patched from another process's changes: no exact state known
             changes = getattr(self.store, "foreign_changes", None)  # a backend with a change log
             delta = changes() if changes is not None else None
             if delta is None or not self.apply_changes(delta):
@@ -681,8 +719,7 @@ class Views:
             if want and emb is not None:
                 got = self.store.embeddings_of(want, emb.model_name)
                 if got:
-                    self.vectors.add(np.asarray([g[0] for g in got], dtype=np.int64),
-                                     np.vstack([blob_to_vector(g[1], emb.dim) for g in got]))
+                    self.vectors.add(*decode_rows(got, emb.dim))
                 # chunks written elsewhere without our model's vectors are in the worker's queue
         self.chunks = table
         self.queue_changed()  # another process may have written chunks without our model's vectors

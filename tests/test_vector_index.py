@@ -253,49 +253,95 @@ def _top(mem, text, **kw):
     return hits[0].text if hits else None
 
 
+def _head(db_path):
+    return json.loads((sidecar_dir(db_path) / "vectors.json").read_text())
+
+
+def _gen_file(db_path, kind):
+    return sidecar_dir(db_path) / _head(db_path)["files"][kind][0]
+
+
 def test_index_is_persisted_and_reopened_as_a_view(db_path):
     _fill(db_path)
     d = sidecar_dir(db_path)
+    head = _head(db_path)
+    gen = head["gen"]
     files = sorted(p.name for p in d.iterdir() if p.name.startswith("vectors"))
-    assert files == ["vectors.json", "vectors.keys.npy", "vectors.usearch"]
-    head = json.loads((d / "vectors.json").read_text())
+    assert files == sorted(["vectors.json", f"vectors-{gen}.keys.npy", f"vectors-{gen}.rows.npy",
+                            f"vectors-{gen}.usearch"])
     assert head["model"] == "hash-32" and head["dim"] == 32 and head["count"] == 400 and head["dtype"] == "f32"
-    stamp = (d / "vectors.usearch").stat().st_mtime_ns
+    assert head["graph"] == "b1-hamming" and len(head["center"]) == 32
+    assert head["seq"] is not None and head["delta"] is None  # close stamped it: the files hold the database
+    stamp = _gen_file(db_path, "usearch").stat().st_mtime_ns
     with Memory(db_path, embedder=HashEmbedder(), config=_cfg()) as mem:
         assert mem._views.wait_vectors(60, folded=True)
         vi = mem._views.vectors
         assert vi.segment is not None and vi.segment.path is not None  # memory-mapped from the file
+        assert vi.loading_fast  # no read of the database's vectors
         assert vi.segment.n_live == 400 and vi.delta.n == 0 and mem._views.keeper.loads == 1
         for t in _texts(400)[::37]:
             assert _top(mem, t) == t
-    assert (d / "vectors.usearch").stat().st_mtime_ns == stamp  # used, not rebuilt
+    assert _gen_file(db_path, "usearch").stat().st_mtime_ns == stamp  # used, not rebuilt
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "header", "keys", "model"])
+def test_close_records_the_delta_and_the_next_open_maps_it(db_path):
+    ids = _fill(db_path)
+    texts = _texts(400)
+    with Memory(db_path, embedder=HashEmbedder(), config=_cfg()) as mem:
+        mem.add([{"role": "user", "content": t} for t in ("a note added later", "another later note")],
+                user_id="u", infer=False)
+        mem.delete(ids[texts[3]])
+        mem.flush()
+        assert mem._views.wait_vectors(60, folded=True)
+        assert mem._views.vectors.delta.n == 2  # below the fold size: kept exact
+    head = _head(db_path)
+    assert head["seq"] is not None and head["delta"] is not None
+    with Memory(db_path, embedder=HashEmbedder(), config=_cfg()) as mem:
+        assert mem._views.wait_vectors(60) and mem._views.vectors.loading_fast
+        vi = mem._views.vectors
+        assert len(vi) == 401 and vi.delta.n == 2 and ids[texts[3]] not in [c.id for c in mem.get_all(limit=500)]
+        assert _top(mem, "another later note") == "another later note"
+        assert _top(mem, texts[3]) != texts[3]
+        assert _top(mem, texts[4]) == texts[4]
+
+
+@pytest.mark.parametrize("damage", ["flip", "rows", "truncate", "header", "keys", "delta", "model"])
 def test_damaged_or_mismatched_sidecar_is_rebuilt_never_trusted(db_path, damage, caplog):
     _fill(db_path)
     d = sidecar_dir(db_path)
     emb = HashEmbedder()
-    if damage == "flip":  # bytes in the middle of the index: the checksum catches it
-        raw = bytearray((d / "vectors.usearch").read_bytes())
+    if damage in ("flip", "rows"):  # bytes in the middle of the graph / the rows: a checksum catches it
+        p = _gen_file(db_path, "usearch" if damage == "flip" else "rows")
+        raw = bytearray(p.read_bytes())
         mid = len(raw) // 2
         raw[mid: mid + 64] = bytes(64)
-        (d / "vectors.usearch").write_bytes(bytes(raw))
+        p.write_bytes(bytes(raw))
     elif damage == "truncate":
-        raw = (d / "vectors.usearch").read_bytes()
-        (d / "vectors.usearch").write_bytes(raw[: len(raw) // 3])
+        p = _gen_file(db_path, "usearch")
+        raw = p.read_bytes()
+        p.write_bytes(raw[: len(raw) // 3])
     elif damage == "header":
         (d / "vectors.json").write_text("{not json")
-    elif damage == "keys":  # a keys file that claims other ids (crc and all recomputed: still caught)
-        import io
-        pairs = np.load(d / "vectors.keys.npy")
+    elif damage == "keys":  # a keys file that claims other ids, its checksum recomputed, the header not
+        import io          # stamped with the database's state: the (id, text hash) check catches it
+        p = _gen_file(db_path, "keys")
+        pairs = np.load(p)
         pairs[:, 0] += 1000
         buf = io.BytesIO()
         np.save(buf, pairs)
-        (d / "vectors.keys.npy").write_bytes(buf.getvalue())
-        head = json.loads((d / "vectors.json").read_text())
-        head["keys_crc32"] = vx._crc(d / "vectors.keys.npy")
+        p.write_bytes(buf.getvalue())
+        head = _head(db_path)
+        head["files"]["keys"][2] = vx._checksum(p)
+        head["seq"] = None
         (d / "vectors.json").write_text(json.dumps(head))
+    elif damage == "delta":  # a stamped delta file damaged: every vector is checked against the store
+        with Memory(db_path, embedder=emb, config=_cfg()) as mem:
+            mem.add([{"role": "user", "content": "a note added later"}], user_id="u", infer=False)
+            mem.flush()
+        p = d / _head(db_path)["delta"][0]
+        raw = bytearray(p.read_bytes())
+        raw[-40:-8] = bytes(32)
+        p.write_bytes(bytes(raw))
     else:  # another model of the same dimension
         emb = HashEmbedder("hash-32-other")
     caplog.set_level(logging.INFO, logger="causalmem")
@@ -303,14 +349,24 @@ def test_damaged_or_mismatched_sidecar_is_rebuilt_never_trusted(db_path, damage,
         if damage == "model":
             mem.reembed()
         assert mem._views.wait_vectors(60, folded=True)
+        if damage == "rows":  # found by the check after the load: the index is dropped and rebuilt
+            deadline = time.time() + 60
+            while not any("rows file" in r.getMessage() for r in caplog.records) and time.time() < deadline:
+                time.sleep(0.05)
+            _top(mem, _texts(400)[0])  # the next search starts the rebuild
+            assert mem._views.wait_vectors(60, folded=True)
         for t in _texts(400)[::53]:
             assert _top(mem, t) == t
         vi = mem._views.vectors
-        assert len(vi) == 400
-    head = json.loads((d / "vectors.json").read_text())
-    assert head["model"] == emb.model_name and head["count"] == 400  # rebuilt for what the store holds
-    if damage in ("flip", "truncate", "header", "model"):
+        assert len(vi) == (401 if damage == "delta" else 400)
+        if damage == "delta":
+            assert _top(mem, "a note added later") == "a note added later"
+    head = _head(db_path)
+    assert head["model"] == emb.model_name  # rebuilt for what the store holds
+    if damage in ("flip", "rows", "truncate", "header", "model"):
         assert any("not used" in r.getMessage() for r in caplog.records)
+    if damage == "delta":
+        assert any("delta file" in r.getMessage() for r in caplog.records)
 
 
 def test_database_changed_behind_the_sidecar_is_reconciled(db_path):
@@ -386,6 +442,7 @@ def test_purge_removes_the_sidecar(db_path):
 
 def test_quantized_segment_round_trip(db_path):
     _fill(db_path, vector_quantization="i8")
+    assert np.load(_gen_file(db_path, "rows")).dtype == np.int8
     with Memory(db_path, embedder=HashEmbedder(), config=_cfg(vector_quantization="i8")) as mem:
         assert mem._views.wait_vectors(60, folded=True)
         assert mem._views.vectors.segment.path is not None and mem._views.keeper.loads == 1
@@ -411,3 +468,60 @@ def test_usearch_first_then_onnxruntime_does_not_crash():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root,
                        env={**__import__("os").environ, "PYTHONPATH": str(root)})
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------- one-shot processes
+
+_ONE_SHOT = """
+import json, sys, time
+sys.path.insert(0, {tests!r})
+from toy_embedder import BagOfWordsEmbedder
+from causalmem import Config, Memory
+t0 = time.perf_counter()
+mem = Memory({db!r}, embedder=BagOfWordsEmbedder(), config=Config(vector_ann_min={ann_min}))
+hits = mem.search({query!r}, top_k=5, channels=("semantic",), reinforce=False, explain=True)
+out = {{"s": time.perf_counter() - t0, "texts": [h.text for h in hits],
+       "semantic": bool(hits) and all(h.signals["cosine_rank"] is not None for h in hits),
+       "coverage": hits[0].signals["semantic_coverage"] if hits else None,
+       "fast": mem._views.vectors.loading_fast, "ready": mem._views.vectors.ready}}
+mem.close()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("ann_min", [1000, 20_000])
+def test_a_fresh_process_gets_the_semantic_channel_on_its_first_search(db_path, ann_min):
+    """A one-shot process (CLI call, MCP server per chat) on a store of 6,000 chunks with vectors: its
+    first search already has the semantic channel — with ann_min=1000 the index files are current and
+    mapped (no read of the stored vectors), with the default 20,000 there are no files and the few
+    vectors are read from the store in moments; either way the search waits for it outside the lock."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from toy_embedder import BagOfWordsEmbedder
+
+    n = 6000
+    with Memory(db_path, embedder=BagOfWordsEmbedder(), config=Config(vector_ann_min=ann_min)) as mem:
+        mem.add([{"role": "user", "content": t} for t in _texts(n)], user_id="u", infer=False)
+        mem.flush()
+        assert mem._views.wait_vectors(120, folded=True)
+        mem.search("warm up", reinforce=False)
+    d = sidecar_dir(db_path)
+    if ann_min == 1000:
+        assert _head(db_path)["seq"] is not None and _head(db_path)["count"] == n
+        stamp = _gen_file(db_path, "usearch").stat().st_mtime_ns
+    else:
+        assert not (d / "vectors.json").exists()
+    tests = str(Path(__file__).resolve().parent)
+    code = _ONE_SHOT.format(tests=tests, db=str(db_path), ann_min=ann_min, query=_texts(n)[4321])
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=root,
+                       env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["semantic"] and out["ready"] and out["fast"], out
+    assert out["coverage"]["with_vector"] == out["coverage"]["in_scope"] == n, out
+    assert out["texts"][0] == _texts(n)[4321], out
+    if ann_min == 1000:
+        assert _gen_file(db_path, "usearch").stat().st_mtime_ns == stamp  # mapped, not rebuilt
