@@ -84,6 +84,8 @@ def _embed_pending(views: "Views", batch_size: int, progress: Progress | None,
     emb = views.embedder
     if emb is None:
         return 0
+    if views.embedded_below == 0 and _queue_known_empty(views):
+        return 0
     # queue reads under the in-process lock: a write holds it for its whole transaction, so the
     # shared connection never shows this thread another thread's uncommitted rows
     todo = 0
@@ -114,6 +116,30 @@ def _embed_pending(views: "Views", batch_size: int, progress: Progress | None,
         if views.mark_resets == resets:  # nothing reset the mark meanwhile
             views.embedded_below = after
     return done
+
+
+def _queue_known_empty(views: "Views") -> bool:
+    """Whether the loaded vector index shows that every live chunk has a current vector — then the
+    full scan of the store for chunks without one (seconds at 1M chunks, under the in-process lock,
+    stalling searches) is skipped and the low-water mark set past the last chunk. Waits briefly for an
+    index that is being mapped from current files."""
+    vi = views.vectors
+    if vi is None:
+        return False
+    if not vi.ready:
+        vi.wait_fast_load(2.0)
+    with views.lock:
+        table = views.chunks
+        if vi is not views.vectors or table is None or not vi.ready or vi.seq is None \
+                or views.vector_seq_now() != vi.seq or views.tables_seq != vi.seq:
+            return False
+        alive = table.alive[: table.n]
+        live = int(np.count_nonzero(alive))
+        if live != len(vi) or vi.count_in(alive) != live:
+            return False
+        if live:
+            views.embedded_below = int(np.flatnonzero(alive)[-1])
+        return True
 
 
 class EmbeddingWorker:

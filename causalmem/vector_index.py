@@ -1,39 +1,51 @@
-"""The vector index of the semantic channel (issue 10, item 4): an exact delta + a usearch HNSW segment.
+"""The vector index of the semantic channel (issue 10, item 4): an exact delta + a binary-HNSW segment.
 
 Views layer helper, numpy at import; ``usearch`` is imported when an approximate segment is built or
-opened (the ``[semantic]``/``[onnx]`` extras install it; without it every search is exact).
+opened (the ``[semantic]``/``[onnx]`` extras install it; without it every search is exact). Also the
+one codec of stored vectors (:func:`vector_to_blob`, :func:`blob_to_vector`, :func:`decode_rows`).
 
 :class:`VectorIndex` keeps normalised float32 rows keyed by the store's integer chunk ids in two
 disjoint parts:
 
 * the **delta** (:class:`ExactRows`): a dense matrix searched exactly (one matrix-vector product);
   every vector added in this process goes here first;
-* at most one **segment** (:class:`AnnSegment`): an immutable usearch HNSW index (cosine metric,
-  f32 / f16 / i8 storage), usually memory-mapped from the sidecar file (``view``: pages are read on
-  demand, nothing is loaded), with a live mask by id: a removed or replaced id is masked out
-  (a tombstone), never searched again.
+* at most one **segment** (:class:`AnnSegment`): an immutable usearch HNSW graph over the *sign bits*
+  of ``vector - center`` (``b1``, Hamming distance: 48 bytes a vector at 384 dims) that proposes
+  ``rescore`` (400) candidates, which are then scored exactly from the segment's **rows** (f32, or
+  f16 / i8 with ``quantization``), read by row with ``pread`` from ``vectors-<gen>.rows.npy``. Only
+  the small graph is memory-mapped; the rows never are, so the process's RSS holds the graph at most
+  (about 200 MB at 1M vectors) and the rows stay in the page cache. A removed or replaced id is
+  masked out (a tombstone) by a live mask.
 
 A search asks both parts and merges (best first, equal scores to the lower id). A scope filter
 (``allowed``, a boolean mask by id) is applied inside the segment: a scope holding at most
-``exact_scope`` live segment vectors is scored exactly (its vectors read from the segment); a larger
-one is over-fetched from the HNSW graph by ``2 * top_k / share`` (share = the scope's fraction of
-the segment), grown 4x while fewer than ``top_k`` survive the mask, and scanned exactly when the
-over-fetch would exceed a quarter of the segment — so a tiny scope still gets its top-k.
+``exact_scope`` live segment vectors is scored exactly (its rows read); a larger one is over-fetched
+from the graph by ``rescore / share`` (share = the scope's fraction of the segment), grown 4x while
+fewer than ``top_k`` survive the mask, and scanned exactly when the over-fetch would exceed a quarter
+of the segment — so a tiny scope still gets its top-k.
 
 Nothing here runs on the query path but the searches: :class:`IndexKeeper` (one daemon thread per
-``Views``) loads the index at first use (validating the sidecar against the database, or reading
-the vectors from the store), folds the delta into a new segment when it grows past
+``Views``) loads the index at first use, folds the delta into a new segment when it grows past
 ``max(ann_min, 10% of the segment)`` (or the tombstones pass 20%), saves it next to the database
 and swaps it in under the lock. Until a freshly created index is *ready*, ``Views.vector_search``
-answers small scopes exactly from the stored vectors and large ones without the semantic channel.
+answers small scopes exactly from the stored vectors and large ones without the semantic channel;
+a first search waits (outside the lock, at most ``views.FAST_LOAD_WAIT_S``) only for a load that is
+known to be quick (current files, or at most ``FAST_STORE_READ`` vectors in the store).
 
-Sidecar (file stores only): ``<db>.idx/vectors.usearch`` (usearch's own format),
-``vectors.keys.npy`` ((n, 2) int64: chunk id, hash of the text the vector was computed from) and
-``vectors.json`` (the header: format, model, dim, dtype, metric, count, sizes and CRC-32 of both
-files). At load the header must match the embedder and the files their CRCs, and every (id, text
-hash) pair is compared with the database's current vectors: an entry the database no longer has is
-masked out, a current vector the file lacks is read from the store into the delta. A missing,
-corrupt or mismatched file is logged and rebuilt, never trusted. Deleting the directory is safe.
+Sidecar (file stores only), in ``<db>.idx/``: ``vectors-<gen>.usearch`` (the graph, usearch's own
+format), ``vectors-<gen>.rows.npy`` ((n, dim) rows in key order), ``vectors-<gen>.keys.npy`` ((n, 2)
+int64: chunk id, hash of the text the vector was computed from) and the header ``vectors.json``
+(format, model, dim, dtype, center, count, each file's name, size and checksum; ``seq``/``delta``
+below). A new generation is written under new names and the header replaced last, so a reader never
+sees a mixed set. At close, when the index holds exactly the store's vectors at its ``change_seq``,
+the header records that ``seq`` and names a small delta file (the in-memory delta and the ids masked
+since the save). The next open then checks the header, the sizes, the keys and the graph checksums
+(read, not mapped) and the delta file, and maps the graph without reading the store (near-instant);
+the rows file's checksum is verified by the keeper right after. A header of another ``seq`` makes
+the keeper compare every (id, text hash) pair with the database's current vectors instead: an entry
+the database no longer has is masked out, a current vector the file lacks is read from the store.
+A missing, corrupt or mismatched file is logged and rebuilt, never trusted. Deleting the directory
+is safe.
 """
 from __future__ import annotations
 
@@ -423,7 +435,7 @@ class VectorIndex:
     """
 
     def __init__(self, dim: int, *, ann_min: int | None = 20_000, quantization: str = "f32",
-                 connectivity: int = 16, expansion_add: int = 128, expansion_search: int = 64,
+                 connectivity: int = 8, expansion_add: int = 128, expansion_search: int = 64,
                  exact_scope: int = 2048, rescore: int = 400) -> None:
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
             raise ValueError(f"dim must be a positive int, got {dim!r}")

@@ -579,6 +579,11 @@ class Views:
         if vi is not None:
             vi.seq = committed if vi.seq is not None and before is not None and vi.seq == before else None
 
+    @property
+    def tables_seq(self) -> int | None:
+        """The store's change_seq the chunk table and BM25 index hold exactly (None: unknown)."""
+        return self._seq
+
     def vector_seq_now(self) -> int | None:
         """The store's change_seq when this process has seen every commit (the caller holds the lock)."""
         return self._read_seq() if self.store.data_version() == self._data_version else None

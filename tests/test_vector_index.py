@@ -525,3 +525,32 @@ def test_a_fresh_process_gets_the_semantic_channel_on_its_first_search(db_path, 
     assert out["texts"][0] == _texts(n)[4321], out
     if ann_min == 1000:
         assert _gen_file(db_path, "usearch").stat().st_mtime_ns == stamp  # mapped, not rebuilt
+
+
+def test_the_resume_scan_is_skipped_when_the_index_shows_every_chunk_embedded(db_path, monkeypatch):
+    """At 1M chunks the worker's scan for chunks without a vector takes seconds under the in-process
+    lock (stalling searches); a store whose mapped index holds a vector for every live chunk skips it,
+    and one chunk without a vector still gets embedded."""
+    _fill(db_path)
+    from causalmem.store.sqlite import SQLiteStore
+
+    calls = []
+    real = SQLiteStore.chunks_missing_embedding
+
+    def counting(self, *a, **kw):
+        calls.append(kw.get("after_nid", 0))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(SQLiteStore, "chunks_missing_embedding", counting)
+    with Memory(db_path, embedder=HashEmbedder(), config=_cfg()) as mem:
+        assert _top(mem, _texts(400)[5]) == _texts(400)[5]
+        assert mem._views.vectors.loading_fast
+        assert mem._views.worker.wait(60)
+        assert calls == [] and mem._views.embedded_below > 0
+    with Memory(db_path, embedder=None) as mem:  # a chunk written without the model
+        mem.add([{"role": "user", "content": "written without vectors"}], user_id="u", infer=False)
+    with Memory(db_path, embedder=HashEmbedder(), config=_cfg()) as mem:
+        _top(mem, _texts(400)[5])
+        assert mem._views.worker.wait(60) and calls  # scanned: the index does not cover every chunk
+        mem.flush()
+        assert _top(mem, "written without vectors") == "written without vectors"
