@@ -158,6 +158,12 @@ PG_SKIPS: dict[str, str] = {
     "files in <db>.idx/ next to a SQLite file",
     "test_vector_index.py::test_quantized_segment_round_trip": "the vector segment saved in <db>.idx/ next to a "
     "SQLite file",
+    "test_vector_index.py::test_close_records_the_delta_and_the_next_open_maps_it": "the vector index files and "
+    "their delta file in <db>.idx/ next to a SQLite file",
+    "test_vector_index.py::test_a_fresh_process_gets_the_semantic_channel_on_its_first_search": "a child process "
+    "opens the SQLite file and its <db>.idx/ vector index files",
+    "test_vector_index.py::test_the_resume_scan_is_skipped_when_the_index_shows_every_chunk_embedded": "counts the "
+    "SQLite backend's queue scans on a store with <db>.idx/ vector index files",
 }
 
 
