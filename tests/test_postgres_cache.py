@@ -70,26 +70,36 @@ def test_an_unchanged_memory_answers_each_query_with_one_round_trip(pg_dsn, monk
         assert mem.search_causal("decision 4 about caching")[0].superseded_by == edges[3].dst
 
 
-def test_cached_rows_follow_every_change_made_here_or_on_another_host(pg_dsn):
-    """Random writes on two hosts; after each, this host's answers equal those of a memory opened
-    afresh on the same database (which has no cache)."""
-    rnd = random.Random(5)
+@pytest.mark.parametrize("seed", [5, 6, 7])
+def test_cached_rows_follow_every_change_made_here_or_on_another_host(pg_dsn, seed):
+    """Random writes on two hosts (decisions in two scopes, text and metadata updates, deletions,
+    invalidations and restores, supersession, conversation turns, facts, a scope purged for good);
+    after each, both hosts answer exactly as a memory opened afresh on the same database (no cache)."""
+    rnd = random.Random(seed)
     a = Memory(pg_dsn, embedder=None)
     b = Memory(pg_dsn, embedder=None)
+    done: list[str] = []
+    scoped_found = False
     try:
         edges = a.record_many([(f"plan {i} for the rollout", f"result {i} of the rollout") for i in range(40)])
         chunks = [e.src for e in edges] + [e.dst for e in edges]
         live_edges = [e.id for e in edges]
         queries = ["plan 3 for the rollout", "result 5 of the rollout", "rollout", "plan 11 for the rollout",
-                   "brand new plan", "renamed"]
+                   "brand new plan", "renamed", "deploy window", "favourite colour"]
         assert a.search_causal(queries[0])  # views and the row mirror built
-        for step in range(40):
+        for step in range(48):
             host = a if rnd.random() < 0.4 else b
-            op = rnd.choice(["record", "update", "metadata", "delete", "invalidate", "supersede", "restore"])
+            ops = ["record", "scoped", "update", "metadata", "delete", "invalidate", "supersede", "restore",
+                   "turns", "fact", "purge", "scoped", "record"]
+            op = ops[step] if step < len(ops) else rnd.choice(ops)  # each kind at least once, then at random
             live = [c for c in chunks if host.get(c).valid]
             if op == "record":
                 e = host.record_decision(f"brand new plan {step}", f"brand new result {step}")
                 chunks += [e.src, e.dst]
+                live_edges.append(e.id)
+            elif op == "scoped":
+                e = host.record_decision(f"brand new plan {step} deploy window", f"scoped result {step}",
+                                         user_id=rnd.choice(["u1", "u2"]))
                 live_edges.append(e.id)
             elif op == "update" and live:
                 host.update(rnd.choice(live), f"renamed plan {step} for the rollout")
@@ -108,12 +118,38 @@ def test_cached_rows_follow_every_change_made_here_or_on_another_host(pg_dsn):
             elif op == "supersede" and len(live) > 2:
                 s, d = rnd.sample(live, 2)
                 host.link(s, d, "supersedes")
+            elif op == "turns":
+                host.add([{"role": "user", "content": f"the deploy window moves to friday {step}"},
+                          {"role": "assistant", "content": f"noted the deploy window {step}"}],
+                         session_id=f"s{step % 3}")
+            elif op == "fact":
+                host.add_fact("favourite colour", rnd.choice(["blue", "green"]), replace_same_key=True)
+            elif op == "purge":
+                host.delete_all(user_id=rnd.choice(["u1", "u2"]), purge=True)
+                live_edges = [x for x in live_edges if host_has_edge(host, x)]
+            done.append(op)
             with Memory(pg_dsn, embedder=None) as fresh:
-                assert _answers(a, queries) == _answers(fresh, queries), (step, op)
-                assert _answers(b, queries) == _answers(fresh, queries), (step, op)
+                want = _answers(fresh, queries) + _scoped(fresh, queries)
+                scoped_found = scoped_found or any(_scoped(fresh, queries))
+                assert _answers(a, queries) + _scoped(a, queries) == want, (step, op)
+                assert _answers(b, queries) + _scoped(b, queries) == want, (step, op)
+        assert {"record", "update", "delete", "turns", "purge"} <= set(done)
+        assert scoped_found  # the scoped queries found something along the way
     finally:
         a.close()
         b.close()
+
+
+def host_has_edge(mem: Memory, edge_id: str) -> bool:
+    try:
+        mem.get_edge(edge_id)
+    except KeyError:
+        return False
+    return True
+
+
+def _scoped(mem: Memory, queries: list[str]) -> list:
+    return [[(a.node_id, a.text) for a in mem.search_causal(q, user_id=u)] for q in queries[-2:] for u in ("u1", "u2")]
 
 
 def test_a_write_rolled_back_leaves_nothing_in_the_cache(pg_dsn, monkeypatch):
