@@ -121,9 +121,10 @@ class Projection:
         self.pending_learned: Callable[[], list[tuple[int, int, float]]] | None = None
         self.rebuilds = 0
         self.last_rebuild_seconds = 0.0
-        #: returns (graph, arrays, meta) saved for the store's current state (a sidecar), or None;
+        #: returns (graph, arrays, meta, patch) saved for the store's current state (a sidecar; ``patch``
+        #: None, or a callable that brings an older file's graph up to date after ``adopt``), or None;
         #: tried once, instead of the first full rebuild
-        self.restore: Callable[[], tuple[CausalGraph, dict, dict] | None] | None = None
+        self.restore: Callable[[], tuple[Any, ...] | None] | None = None
         #: advanced by every change of the graph, overlay or counters (what a saved copy compares)
         self.version = 0
 
@@ -225,10 +226,11 @@ class Projection:
                 and not len(ov) and not ov.dead and not ov.dead_nodes)
 
     def savable(self) -> bool:
-        """Whether ``state`` answers as a rebuild would: built, not stale, and no learned links in
-        the overlay (their deltas add up in float32 apart from the stored weight, so a graph
-        rebuilt from the store can differ in the last digits; a rebuild is the exact answer)."""
-        return self.graph is not None and not self._stale and not self._overlay.learned
+        """Whether ``state`` holds the store's current graph: built and not stale. Learned links in
+        the overlay are saved with it (base + overlay): the loading process answers exactly as this
+        one would have gone on answering; a graph rebuilt from the store sums the same weights in
+        another order, so its scores can differ from both in the last float32 digits."""
+        return self.graph is not None and not self._stale
 
     def state(self) -> tuple[dict[str, np.ndarray], dict] | None:
         """The graph, its write overlay (learned links included) and counters, for a sidecar file
@@ -288,7 +290,9 @@ class Projection:
         saved = restore() if restore is not None and self.graph is None else None
         if saved is not None:
             try:
-                self.adopt(*saved)
+                self.adopt(*saved[:3])
+                if len(saved) > 3 and saved[3] is not None:
+                    saved[3]()  # the catch-up of an older file (the journal's changes since)
             except (ValueError, KeyError, TypeError) as exc:  # a damaged file: build from the store
                 log.info("causalmem: saved projection not used (%s); rebuilding", exc)
                 saved = None

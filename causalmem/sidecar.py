@@ -21,6 +21,17 @@ file size and the checksum; anything else — another database's file, a crash b
 and the refresh, a truncated or damaged file — is reported as ``None`` (the caller rebuilds from
 the database) and never raises.
 
+Change journal (``journal.log``): a process that commits a write appends one line naming the
+change (``change_seq`` before and after its transaction) and the ids of the rows it changed, by
+kind, instead of loading and rewriting the index files: a one-shot writer (a CLI ``record``)
+costs one small append. A process that opens the files later finds them behind the database and
+*catches up*: when the journal holds an unbroken chain of entries from the files' ``change_seq``
+to the database's, it re-reads just those rows and patches the loaded views (``Views``); any gap
+(a commit by a process that wrote no entry: a crash before the append, a sleep cycle, a purge,
+another SQLite client, an older version) means no chain, and the views are rebuilt from the
+database as before. Each line carries a CRC-32 of itself; a torn or damaged line breaks the
+chain and is never trusted.
+
 Loading maps the file copy-on-write (``np.memmap`` mode ``"c"``): arrays are usable at once,
 pages are read on first touch, and an in-place update after the load stays private to the
 process (the file never changes under another reader). Saving writes a new file and renames it
@@ -33,6 +44,7 @@ import logging
 import os
 import struct
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -40,7 +52,8 @@ import numpy as np
 
 log = logging.getLogger("causalmem")
 
-__all__ = ["MAGIC", "FORMAT", "KINDS", "sidecar_dir", "save_arrays", "load_arrays", "restamp", "remove", "Snapshot"]
+__all__ = ["MAGIC", "FORMAT", "KINDS", "sidecar_dir", "save_arrays", "load_arrays", "load_latest", "restamp",
+           "remove", "Snapshot", "append_journal", "read_chain", "prune_journal", "JOURNAL"]
 
 MAGIC = b"CMSIDE1\n"
 #: the views saved by ``Views.save_sidecars``
@@ -133,6 +146,22 @@ def save_arrays(directory: Path, kind: str, change_seq: int, arrays: Mapping[str
     return target
 
 
+def load_latest(directory: Path | None, kind: str) -> Snapshot | None:
+    """The sidecar ``kind`` whatever ``change_seq`` it names (intact, else None): the base a
+    catch-up from the journal starts from (``Snapshot.change_seq`` says which state it holds)."""
+    if directory is None:
+        return None
+    path = directory / f"{kind}{_SUFFIX}"
+    try:
+        return _load(path, kind, None)
+    except FileNotFoundError:
+        return None
+    except Exception as exc:
+        log.info("causalmem: sidecar %s not used (%s: %s); rebuilding from the database", path,
+                 type(exc).__name__, exc)
+        return None
+
+
 def load_arrays(directory: Path | None, kind: str, change_seq: int) -> Snapshot | None:
     """The sidecar ``kind`` if it matches ``change_seq`` and is intact; None otherwise (never raises
     for a bad file: the reason is logged at debug level and the caller rebuilds)."""
@@ -153,7 +182,7 @@ class SidecarMismatch(Exception):
     pass
 
 
-def _load(path: Path, kind: str, change_seq: int) -> Snapshot:
+def _load(path: Path, kind: str, change_seq: int | None) -> Snapshot:
     with open(path, "rb") as f:
         start = f.read(12)
         if len(start) < 12 or start[:8] != MAGIC:
@@ -168,7 +197,12 @@ def _load(path: Path, kind: str, change_seq: int) -> Snapshot:
     header = json.loads(head.decode())
     if header.get("format") != FORMAT or header.get("kind") != kind:
         raise SidecarMismatch(f"format {header.get('format')!r} / kind {header.get('kind')!r}")
-    if header.get("change_seq") != _seq_text(change_seq):
+    if change_seq is None:
+        text = header.get("change_seq")
+        if not isinstance(text, str) or not text.isdigit():
+            raise SidecarMismatch("no change_seq in the header")
+        change_seq = int(text)
+    elif header.get("change_seq") != _seq_text(change_seq):
         raise SidecarMismatch(f"made at change {header.get('change_seq')}, the database is at {change_seq}")
     base = _aligned(12 + hlen)
     payload_len = int(header["payload"])
@@ -233,3 +267,167 @@ def remove(directory: Path | None, kind: str) -> None:
         (directory / f"{kind}{_SUFFIX}").unlink()
     except OSError:
         pass
+
+
+# ------------------------------------------------------------------------------ change journal
+JOURNAL = "journal.log"
+#: appends stop once the journal is this big (the next reader rebuilds and saves, which empties it)
+JOURNAL_MAX_BYTES = 8 << 20
+#: the kinds of ids an entry names (``Views`` defines what each means for the views)
+JOURNAL_KINDS = ("ci", "cu", "ct", "ei", "ex", "eu", "o")
+
+
+def _ranges(ids: Any) -> list[list[int]]:
+    """Sorted distinct ids as inclusive ``[lo, hi]`` runs (a batch insert is one run)."""
+    a = np.unique(np.asarray(list(ids), dtype=np.int64))
+    if a.size == 0:
+        return []
+    cut = np.flatnonzero(np.diff(a) != 1) + 1
+    starts = np.concatenate(([0], cut))
+    ends = np.concatenate((cut - 1, [a.size - 1]))
+    return [[int(a[i]), int(a[j])] for i, j in zip(starts, ends)]
+
+
+def _unranges(runs: Any) -> np.ndarray:
+    if not isinstance(runs, list):
+        raise SidecarMismatch("journal ids are not a list")
+    parts = []
+    for run in runs:
+        lo, hi = (int(run[0]), int(run[1])) if isinstance(run, list) and len(run) == 2 else (-1, -2)
+        if lo < 0 or hi < lo or hi - lo > 1 << 26:
+            raise SidecarMismatch("journal id run out of range")
+        parts.append(np.arange(lo, hi + 1, dtype=np.int64))
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def append_journal(directory: Path | None, from_seq: int, to_seq: int, delta: Mapping[str, Any]) -> bool:
+    """Append the entry "the transaction from ``from_seq`` to ``to_seq`` changed these rows" (ids by
+    kind). Only when the index directory exists (without files there is nothing to catch up from)
+    and the journal is under ``JOURNAL_MAX_BYTES``; one ``write`` of one line in append mode, so
+    concurrent writers never interleave within a line. Never raises; False when not written."""
+    if directory is None:
+        return False
+    path = directory / JOURNAL
+    body = {"f": _seq_text(from_seq), "t": _seq_text(to_seq),
+            "d": {k: _ranges(v) for k, v in delta.items() if k in JOURNAL_KINDS and len(v)}}
+    text = json.dumps(body, separators=(",", ":"))
+    line = f"{text} {zlib.crc32(text.encode()):08x}\n".encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError:  # no directory (no files yet) or not writable: nothing to keep in step
+        return False
+    try:
+        if os.fstat(fd).st_size + len(line) > JOURNAL_MAX_BYTES:
+            return False
+        return os.write(fd, line) == len(line)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _journal_entries(directory: Path) -> list[tuple[int, int, dict]]:
+    """The intact entries of the journal, in file order (a damaged line is left out)."""
+    try:
+        raw = (directory / JOURNAL).read_bytes()
+    except OSError:
+        return []
+    out = []
+    for line in raw.split(b"\n")[:-1]:  # a last line without its newline is an append in progress
+        text, _, crc = line.rpartition(b" ")
+        try:
+            if int(crc, 16) != zlib.crc32(text):
+                continue
+            body = json.loads(text.decode())
+            out.append((int(body["f"]), int(body["t"]), dict(body["d"])))
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            continue
+    return out
+
+
+def read_chain(directory: Path | None, from_seq: int, to_seq: int, *,
+               max_ids: int | None = None) -> dict[str, np.ndarray] | None:
+    """The rows changed between ``from_seq`` and ``to_seq`` (sorted distinct ids by kind), from an
+    unbroken chain of journal entries; None when the journal has no such chain (a gap: rebuild),
+    or when the chain names more than ``max_ids`` ids (a rebuild is cheaper). An empty dict when
+    ``from_seq == to_seq``."""
+    if from_seq == to_seq:
+        return {}
+    if directory is None or to_seq < from_seq:
+        return None
+    by_from: dict[int, list[tuple[int, dict]]] = {}
+    for f, t, d in _journal_entries(directory):
+        if from_seq <= f < t <= to_seq:
+            by_from.setdefault(f, []).append((t, d))
+    # the counter only grows, so the path is found by walking forward; a branch (an entry of a
+    # commit lost with a crash of the database, a restored copy) is a dead end tried and left
+    prev: dict[int, tuple[int, dict]] = {}
+    todo, seen = [from_seq], {from_seq}
+    while todo and to_seq not in seen:
+        f = todo.pop()
+        for t, d in by_from.get(f, ()):
+            if t not in seen:
+                seen.add(t)
+                prev[t] = (f, d)
+                todo.append(t)
+    if to_seq not in seen:
+        return None
+    parts: dict[str, list[np.ndarray]] = {}
+    at, total = to_seq, 0
+    try:
+        while at != from_seq:
+            f, d = prev[at]
+            for k, runs in d.items():
+                if k not in JOURNAL_KINDS:
+                    raise SidecarMismatch(f"unknown journal kind {k!r}")
+                ids = _unranges(runs)
+                total += ids.size
+                if max_ids is not None and total > max_ids:
+                    return None
+                parts.setdefault(k, []).append(ids)
+            at = f
+    except SidecarMismatch as exc:
+        log.info("causalmem: journal in %s not used (%s)", directory, exc)
+        return None
+    return {k: np.unique(np.concatenate(v)) for k, v in parts.items()}
+
+
+def header_seq(directory: Path | None, kind: str) -> int | None:
+    """The ``change_seq`` a file's header names (header only: no checksum, not a trust decision)."""
+    if directory is None:
+        return None
+    try:
+        with open(directory / f"{kind}{_SUFFIX}", "rb") as f:
+            start = f.read(12)
+            if len(start) < 12 or start[:8] != MAGIC:
+                return None
+            (hlen,) = struct.unpack("<I", start[8:12])
+            text = json.loads(f.read(min(hlen, 1 << 24)).decode()).get("change_seq")
+        return int(text) if isinstance(text, str) and text.isdigit() else None
+    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        return None
+
+
+def prune_journal(directory: Path | None, keep_from: int) -> None:
+    """Drop the entries every index file is past (``to <= keep_from``): after a save at
+    ``keep_from``. Rewritten through a temporary file and a rename; an entry another process
+    appends meanwhile may be lost, which only breaks a chain (a rebuild, never a wrong answer)."""
+    if directory is None:
+        return
+    path = directory / JOURNAL
+    entries = _journal_entries(directory)
+    if not entries and not path.exists():
+        return
+    keep = [(f, t, d) for f, t, d in entries if t > keep_from]
+    try:
+        if not keep:
+            path.unlink(missing_ok=True)
+            return
+        fd, tmp = tempfile.mkstemp(prefix=".journal.", suffix=".tmp", dir=directory)
+        with os.fdopen(fd, "wb") as fh:
+            for f, t, d in keep:
+                text = json.dumps({"f": _seq_text(f), "t": _seq_text(t), "d": d}, separators=(",", ":"))
+                fh.write(f"{text} {zlib.crc32(text.encode()):08x}\n".encode())
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.info("causalmem: could not prune the journal in %s: %s", directory, exc)

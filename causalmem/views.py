@@ -47,6 +47,9 @@ SCOPE_FROM_STORE = 4096
 FAST_LOAD_WAIT_S = 2.0
 #: seconds after open before the background worker looks for an earlier process's queue
 RESUME_DELAY_S = 1.0
+#: a catch-up from the journal re-reads at most this many row ids; more: rebuild from the database
+CATCH_UP_MAX_IDS = 200_000
+_NO_IDS = np.zeros(0, np.int64)
 #: after-commit callbacks of one write
 Effects = list[Callable[[], None]]
 #: (user_id, agent_id, run_id)
@@ -91,7 +94,9 @@ class Views:
         self._dirty: set[str] = set()
         self._file_seq: dict[str, int] = {}  # kind -> change_seq in that file's header
         self._graph_saved: int | None = None  # the projection version the projection file holds
-        self._files_tried = False  # a first write looked for current index files
+        # ids of the rows the current write changed, by journal kind (``sidecar.append_journal``);
+        # None when the write cannot be described that way (a purge): then no entry, a gap
+        self._jdelta: dict[str, list[int]] | None = {}
         if self.sidecar_dir is not None:
             self.projection.restore = self._restore_projection
         self.chunks: ChunkTable | None = None
@@ -116,6 +121,8 @@ class Views:
         self._embed_queued = False  # this write committed chunks (or texts) without vectors
         self._closed = False
         self.query_cache = QueryVectorCache(1024)
+        #: (the index files' change_seq, ids re-read) when the views were caught up from the journal
+        self.caught_up: tuple[int, int] | None = None
         self.embed_lock = threading.Lock()  # one embedding pass at a time (worker or reembed)
         self.embedded_below = 0  # every live chunk with nid <= this has a current vector (a hint)
         self.mark_resets = 0  # bumped whenever the hint is reset
@@ -351,31 +358,101 @@ class Views:
             index = _guarded(lambda sn: BM25Index.from_arrays(sn.arrays, sn.meta), snap)
             if index is not None:
                 self._file_seq["lexical"] = seq
+        if table is None and index is None:
+            return self._catch_up_tables(seq)
         return table, index
 
-    def _adopt_current_files(self) -> None:
-        """Before the first write of a process that has not searched yet: take the index files if
-        they hold the store's current state, so the write reaches them and ``close`` saves them
-        (otherwise the next open would find them one write behind and rebuild from the database)."""
-        if self._files_tried or self.sidecar_dir is None or self.chunks is not None:
-            return
-        self._files_tried = True
-        if not (self.sidecar_dir / "lexical.cmx").exists():
-            return
-        updates_seen = self.store.last_update_event()
-        seq = self._read_seq()
-        table, index = self._load_tables(seq)
+    def _catch_up_limit(self) -> int:
+        """Most row ids a catch-up re-reads (beyond that a rebuild from the database is as cheap)."""
+        return CATCH_UP_MAX_IDS
+
+    def _catch_up_tables(self, seq: int) -> tuple[ChunkTable | None, BM25Index | None]:
+        """Chunk table and BM25 index from files made at an earlier state, patched with the rows the
+        journal says changed since (``sidecar.read_chain``); (None, None) when there is no unbroken
+        chain, the files disagree, or the database has rows the chain does not account for (a
+        writer that did not advance the change counter)."""
+        directory = self.sidecar_dir
+        csnap = sidecar.load_latest(directory, "chunks")
+        if csnap is None:
+            return None, None
+        lsnap = sidecar.load_latest(directory, "lexical")
+        if lsnap is None or lsnap.change_seq != csnap.change_seq:
+            return None, None
+        base = csnap.change_seq
+        delta = sidecar.read_chain(directory, base, seq, max_ids=self._catch_up_limit())
+        if delta is None:
+            return None, None
+        table = _guarded(lambda sn: ChunkTable.from_arrays(sn.arrays, sn.meta), csnap)
+        index = _guarded(lambda sn: BM25Index.from_arrays(sn.arrays, sn.meta), lsnap)
         if table is None or index is None:
+            return None, None
+        if not self._accounted(table, delta):
+            log.info("causalmem: %s holds chunks the index files and their journal do not know (a writer that "
+                     "does not advance the change counter?); rebuilding the views", self.store.path)
+            return None, None
+        nids = np.union1d(np.union1d(delta.get("ci", _NO_IDS), delta.get("cu", _NO_IDS)), delta.get("ct", _NO_IDS))
+        rows = self.store.chunk_rows_by_nid(nids.tolist()) if len(nids) else {}
+        if rows:
+            r = [rows[n] for n in sorted(rows)]
+            table.load(ChunkColumns(
+                nid=tuple(x.nid for x in r), kind=tuple(x.kind for x in r),
+                created_at=tuple(x.created_at for x in r), event_time=tuple(x.event_time for x in r),
+                q_value=tuple(x.q_value for x in r), importance=tuple(x.importance for x in r),
+                user_id=tuple(x.user_id for x in r), agent_id=tuple(x.agent_id for x in r),
+                run_id=tuple(x.run_id for x in r), session_id=tuple(x.session_id for x in r),
+                alive=tuple(int(x.valid_to is None) for x in r), text=None))
+        retext = set(delta.get("ct", _NO_IDS).tolist())
+        fresh = []
+        for nid, row in sorted(rows.items()):
+            if row.valid_to is not None:
+                if nid in index:
+                    index.remove(nid)
+            elif nid not in index:
+                fresh.append((nid, row.text))
+            elif nid in retext:
+                index.update(nid, row.text)
+        if fresh:
+            index.add_many(fresh)
+        self._file_seq["chunks"] = self._file_seq["lexical"] = base
+        if len(nids):
+            self._dirty.update(("chunks", "lexical"))
+        self.caught_up = (base, int(sum(len(v) for v in delta.values())))
+        log.debug("causalmem: index files caught up from the journal (%d rows)", len(nids))
+        return table, index
+
+    def _accounted(self, table: ChunkTable, delta: dict[str, np.ndarray]) -> bool:
+        """Whether the database's highest chunk id is the one the file plus the journal know: a row
+        inserted by a writer that did not advance ``change_seq`` (another SQLite client) is noticed
+        here, and the views are rebuilt instead of trusted."""
+        known = table.n - 1
+        ci = delta.get("ci")
+        if ci is not None and len(ci):
+            known = max(known, int(ci[-1]))
+        max_nid = getattr(self.store, "max_nid", None)
+        return max_nid is None or int(max_nid()) <= known
+
+    def _before_write(self) -> None:
+        """Hook before the first statement of an outer write (tests put another process's commit here).
+
+        A process that only writes never loads the index files: its commits go to the journal
+        (``_journal_commit``) and the next process that reads catches up from it."""
+
+    def _note(self, kind: str, ids: Sequence[int] | np.ndarray) -> None:
+        """The current write changed rows ``ids`` of journal kind ``kind``."""
+        if self._jdelta is not None:
+            self._jdelta.setdefault(kind, []).extend(int(i) for i in ids)
+
+    def _journal_commit(self) -> None:
+        """After an own commit: one journal line from the counter before to the counter after."""
+        delta, self._jdelta = self._jdelta, {}
+        directory = self.sidecar_dir
+        if directory is None or delta is None:
             return
-        self._updates_seen = updates_seen
-        self.chunks, self.lexical, self._seq = table, index, seq
-        if self.projection.graph is None:
-            saved = self._restore_projection()
-            if saved is not None:
-                try:
-                    self.projection.adopt(*saved)
-                except (ValueError, KeyError, TypeError):
-                    self._file_seq.pop("projection", None)  # rebuilt at the first query
+        committed = getattr(self.store, "committed_seq", None)
+        before = getattr(self.store, "committed_from", None)
+        if committed is None or before is None:
+            return  # nothing changed, or this commit started the counter (no file can be older)
+        sidecar.append_journal(directory, before, committed, delta)
 
     def _restore_projection(self) -> Any:
         """The projection's graph from its sidecar when it matches the store now (else None)."""
@@ -383,15 +460,45 @@ class Views:
         if seq is None or (self._seq is not None and self._read_seq() != seq):
             return None
         snap = sidecar.load_arrays(self.sidecar_dir, "projection", seq)
-        if snap is None:
-            return None
+        patch: Callable[[], None] | None = None
+        if snap is None:  # an older file: caught up from the journal when it has the whole way
+            snap = sidecar.load_latest(self.sidecar_dir, "projection")
+            if snap is None:
+                return None
+            delta = sidecar.read_chain(self.sidecar_dir, snap.change_seq, seq, max_ids=self._catch_up_limit())
+            if delta is None or "eu" in delta or "o" in delta:  # reweighted / restored / learned: rebuild
+                return None
+            patch = lambda: self._catch_up_projection(delta)  # noqa: E731
         graph = _guarded(lambda s: CausalGraph.from_state_arrays(s.arrays), snap)
         if graph is None:
             return None
-        self._file_seq["projection"] = seq
-        # adopt() bumps the version once: the saved copy is that version
+        self._file_seq["projection"] = snap.change_seq
+        # adopt() bumps the version once: the saved copy is that version (a patch bumps it again)
         self._graph_saved = self.projection.version + 1
-        return graph, snap.arrays, snap.meta
+        return graph, snap.arrays, snap.meta, patch
+
+    def _catch_up_projection(self, delta: dict[str, np.ndarray]) -> None:
+        """Patch the graph adopted from an older file with the journal's edge and chunk changes, as
+        this process's own writes would have (new edges into the overlay, invalidated edges and
+        deleted chunks masked)."""
+        proj = self.projection
+        ei, ex = delta.get("ei", _NO_IDS), delta.get("ex", _NO_IDS)
+        if len(ei):
+            for eid, src, dst, code, conf, valid in self.store.edge_states(ei.tolist()):
+                if valid:
+                    proj.edge_added(eid, src, dst, Relation.from_code(code), conf)
+        for eid in ex.tolist():
+            proj.edge_invalidated(eid)
+        cu = delta.get("cu", _NO_IDS)
+        if len(cu):
+            for nid, row in self.store.chunk_rows_by_nid(cu.tolist()).items():
+                if row.valid_to is not None:
+                    proj.node_deleted(nid)
+        ci = delta.get("ci", _NO_IDS)
+        if len(ci):
+            proj.n_nodes = max(proj.n_nodes, int(ci[-1]) + 1)
+        if len(ei) or len(ex) or len(cu):
+            proj.count_write(1)
 
     def save_sidecars(self) -> list[str]:
         """Write the views that changed to ``<db>.idx/`` (at ``close``); returns the kinds written.
@@ -435,6 +542,10 @@ class Views:
                     written.append(kind)
                     if kind == "projection":
                         self._graph_saved = proj.version
+                seqs = [sidecar.header_seq(directory, kind) for kind in sidecar.KINDS]
+                known = [q for q in seqs if q is not None]
+                if known:  # entries every file is past serve no catch-up any more
+                    sidecar.prune_journal(directory, min(known))
             except Exception as exc:  # a full disk or a read-only directory must not fail close()
                 log.warning("causalmem: could not save the index files in %s: %s", directory, exc)
         return written
@@ -535,8 +646,9 @@ class Views:
             outer = self._effects is None
             if outer:
                 self.sync_external()
-                self._adopt_current_files()
+                self._before_write()
                 self._effects = []
+                self._jdelta = {}
             effects = self._effects
             assert effects is not None
             queued: list = []
@@ -556,6 +668,7 @@ class Views:
                 for fx in effects:
                     fx()
                 self._track_commit()
+                self._journal_commit()
                 # _data_version stays as sync_external left it before this write: this connection's own
                 # commit does not change it, and re-reading here would swallow another process's commit
                 # that landed meanwhile
@@ -738,6 +851,7 @@ class Views:
         vectors = vectors or {}
         if len(vectors) < len(chunks):
             self._embed_queued = True
+        self._note("ci", [c.nid for c in chunks])
 
         def apply() -> None:
             self._dirty.update(("chunks", "lexical"))
@@ -763,6 +877,7 @@ class Views:
     def edges_added(self, fx: Effects, edges: Sequence[NewEdge]) -> None:
         if not edges:
             return
+        self._note("ei", [e.eid for e in edges])
 
         def apply() -> None:
             for e in edges:
@@ -771,12 +886,16 @@ class Views:
         fx.append(apply)
 
     def edge_invalidated(self, fx: Effects, eid: int) -> None:
+        self._note("ex", (eid,))
         fx.append(lambda: self.projection.edge_invalidated(eid))
 
     def edge_restored(self, fx: Effects, eid: int) -> None:
+        self._note("eu", (eid,))
         fx.append(lambda: self.projection.edge_restored(eid))
 
     def chunk_deleted(self, fx: Effects, nid: int) -> None:
+        self._note("cu", (nid,))
+
         def apply() -> None:
             self._dirty.update(("chunks", "lexical"))
             if self.chunks is not None:
@@ -793,6 +912,8 @@ class Views:
         if vector is None:
             self._embed_queued = True
             self.reset_embedded_mark()
+        self._note("ct", (nid,))
+
         def apply() -> None:
             self._dirty.add("lexical")
             self._updates_seen = self.store.last_update_event()
@@ -807,6 +928,8 @@ class Views:
         fx.append(apply)
 
     def q_changed(self, fx: Effects, nid: int, q: float) -> None:
+        self._note("cu", (nid,))
+
         def apply() -> None:
             self._dirty.add("chunks")
             if self.chunks is not None and nid < self.chunks.n:
@@ -816,23 +939,33 @@ class Views:
 
     def accessed(self, fx: Effects, nids: Sequence[int]) -> None:
         """A search returned ``nids``: importance + 0.1 (its learned links are in the projection already)."""
+        self._note("cu", nids)
+
         def apply() -> None:
             self._dirty.add("chunks")
             table = self.chunks
             if table is not None:
-                idx = np.asarray([n for n in nids if n < table.n], dtype=np.int64)
-                table.importance[idx] = np.minimum(10.0, table.importance[idx] + 0.1)
+                # the store's value (float64 arithmetic in SQL), not a float32 sum of our own: a
+                # table rebuilt from the database, or caught up from the journal, holds exactly that
+                rows = self.store.chunk_rows_by_nid([n for n in dict.fromkeys(nids) if n < table.n])
+                if rows:
+                    idx = np.fromiter(rows, dtype=np.int64, count=len(rows))
+                    table.importance[idx] = np.asarray([r.importance for r in rows.values()], dtype=np.float32)
 
         fx.append(apply)
 
     def purged(self, fx: Effects) -> None:
         """Chunks and edges were removed from the store for good: rebuild every view from it."""
+        self._jdelta = None  # rows gone for good: no journal entry, so no catch-up across a purge
+
         def apply() -> None:
             self.chunks = self.lexical = self.vectors = None
             self.projection.mark_stale()
             # purged text must not outlive the purge in an index file (they are rebuilt and saved again)
             for kind in sidecar.KINDS:
                 sidecar.remove(self.sidecar_dir, kind)
+            if self.sidecar_dir is not None:
+                (self.sidecar_dir / sidecar.JOURNAL).unlink(missing_ok=True)
             self._file_seq.clear()
             self._graph_saved = None
             if self.sidecar_dir is not None:  # purged vectors must leave the disk too
@@ -843,6 +976,7 @@ class Views:
     def edges_reweighted(self, fx: Effects, edges: Sequence[tuple[int, float]]) -> None:
         """Valid edges whose confidence changed (repeated evidence): the projection is rebuilt."""
         if edges:
+            self._note("eu", [e[0] for e in edges])
             fx.append(self.projection.mark_stale)
 
     # ------------------------------------------------------------------ queued search reinforcement
@@ -941,6 +1075,7 @@ class Views:
             self.store.touch_chunks(nids, t)
             for g in groups:
                 learning.hebbian_credit(self.store, g, t, self.config)
+                self._note("o", g)
             self.accessed(fx, nids)
         fx.append(self._pending_co.clear)  # the store holds them now (the overlay keeps showing them)
 

@@ -165,6 +165,65 @@ class SidecarMachine(RuleBasedStateMachine):
         other.record_decision(f"{a} other {self.n}", f"{b} other outcome {self.n}")
         other.close()
 
+    @rule(ops=st.lists(st.tuples(st.sampled_from(["record", "record_many", "update", "delete", "feedback",
+                                                   "invalidate", "restore", "search"]),
+                                  st.integers(0, 10_000), text_st), min_size=1, max_size=5))
+    def one_shot_writers_while_closed(self, ops):
+        """This process closes; short processes (a CLI call each) write — their commits go to the
+        journal, the index files stay as they were — and the next open catches up from it."""
+        self.mem.close()
+        self.edges = getattr(self, "edges", [])
+        for op, i, text in ops:
+            with Memory(self.path, embedder=None, clock=self.clock) as other:
+                self.n += 1
+                if op == "record":
+                    e = other.record_decision(f"{text} once {self.n}", f"{text} once outcome {self.n}", user_id="bob")
+                    self.chunks += [e.src, e.dst]
+                    self.edges.append(e.id)
+                elif op == "record_many":
+                    es = other.record_many([(f"{text} batch {self.n} {k}", f"{text} batch outcome {k}") for k in range(3)])
+                    self.chunks += [c for e in es for c in (e.src, e.dst)]
+                    self.edges += [e.id for e in es]
+                elif op == "search":  # a reader: loads (catches up), reinforces, saves at close
+                    other.search(text, reinforce=True)
+                elif op in ("invalidate", "restore") and self.edges:
+                    eid = self.edges[i % len(self.edges)]
+                    try:
+                        other.invalidate(eid) if op == "invalidate" else other.restore(eid)
+                    except (ValueError, KeyError):
+                        pass
+                elif self.chunks:
+                    cid = self.chunks[i % len(self.chunks)]
+                    try:
+                        if not other.get(cid).valid:
+                            continue
+                    except KeyError:
+                        continue
+                    if op == "update":
+                        other.update(cid, f"{text} rewritten")
+                    elif op == "delete":
+                        other.delete(cid)
+                    else:
+                        other.feedback(cid, 1.0)
+        self.mem = Memory(self.path, embedder=None, clock=self.clock)
+        self.mem._views.tables()
+        # every channel (the graph's too: loaded and patched from the journal, or rebuilt) answers
+        # as views built from a copy of the database without index files
+        import sqlite3
+
+        copy = self.dir / "rebuilt.db"
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(copy) + suffix).unlink(missing_ok=True)
+        shutil.rmtree(str(copy) + ".idx", ignore_errors=True)
+        src, dst = sqlite3.connect(self.path), sqlite3.connect(copy)
+        src.backup(dst)
+        src.close()
+        dst.close()
+        with Memory(copy, embedder=None, clock=self.clock) as fresh:
+            for q in QUERIES:
+                got = [(h.id, round(h.score, 9)) for h in self.mem.search(q, reinforce=False)]
+                assert got == [(h.id, round(h.score, 9)) for h in fresh.search(q, reinforce=False)], q
+
     def _answers(self):
         return [[(h.id, h.score) for h in self.mem.search(q, reinforce=False)] for q in QUERIES]
 
@@ -272,9 +331,11 @@ def test_a_damaged_or_foreign_file_is_rebuilt_never_trusted(tmp_path, how, caplo
             assert "lexical" in m._views._file_seq
 
 
-def test_a_crash_after_writes_is_detected_at_the_next_open(tmp_path):
+@pytest.mark.parametrize("journal", [True, False])
+def test_a_crash_after_writes_is_detected_at_the_next_open(tmp_path, journal):
     """A process killed (SIGKILL) after committing writes never refreshed the files: the next open
-    sees the change counter moved on and answers with the new rows."""
+    sees the change counter moved on and answers with the new rows — caught up from the journal
+    line the commit appended, or (no journal: a crash before the append) rebuilt from the database."""
     path = tmp_path / "m.db"
     _store(path)
     code = f"""
@@ -288,10 +349,17 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
     assert p.returncode == -9
+    idx = Path(str(path) + ".idx")
+    if not journal:
+        (idx / sidecar.JOURNAL).unlink()
     with Memory(path, embedder=None) as m:
         hits = m.search("zebra unicorn", reinforce=False)
         assert "zebra migration crashed" in [h.text for h in hits]
-        assert "lexical" not in m._views._file_seq
+        if journal:  # the files of the earlier state, patched with the journal's rows
+            assert m._views.caught_up is not None and m._views._file_seq["lexical"] != m._store.change_seq()
+            assert m._projection.rebuilds == 0
+        else:
+            assert "lexical" not in m._views._file_seq and m._views.caught_up is None
         _assert_same_as_rebuild(m)
 
 
@@ -386,23 +454,118 @@ def test_save_load_round_trip_of_the_file_format(tmp_path):
     assert sidecar.sidecar_dir("host=localhost dbname=db") is None
 
 
-def test_a_write_only_process_keeps_the_files_current(tmp_path):
-    """A short process that only writes (a CLI ``record``) takes the current files before its write,
-    so its close saves them and the next open does not rebuild."""
+def test_a_write_only_process_appends_to_the_journal_and_the_next_open_catches_up(tmp_path):
+    """A short process that only writes (a CLI ``record``) neither loads nor rewrites the index
+    files: each commit appends one journal line. The next process that reads loads the files of
+    the earlier state, re-reads only the journal's rows (no rebuild of any view), answers as views
+    rebuilt from the database, and its close saves the files at the current state and empties the
+    journal."""
+    path = tmp_path / "m.db"
+    _store(path)
+    idx = Path(str(path) + ".idx")
+    before = {f.name: f.read_bytes() for f in idx.glob("*.cmx")}
+    with Memory(path, embedder=None) as m:
+        m.record_decision("zebra decision", "zebra outcome")
+        edges = m.record_many([("zebra batch one", "giraffe outcome"), ("zebra batch two", "okapi outcome")])
+        assert not m._views._file_seq and m._views.chunks is None  # nothing loaded
+    with Memory(path, embedder=None) as m:
+        m.delete(edges[1].src)
+    assert {f.name: f.read_bytes() for f in idx.glob("*.cmx")} == before  # not rewritten
+    assert len((idx / sidecar.JOURNAL).read_bytes().splitlines()) == 3
+    with Memory(path, embedder=None) as m:
+        texts = {h.text for h in m.search("zebra", reinforce=False)}
+        assert {"zebra decision", "zebra outcome", "zebra batch one"} <= texts
+        assert "zebra batch two" not in texts
+        views = m._views
+        assert views.caught_up is not None and views.caught_up[0] == views._file_seq["lexical"]
+        assert m._projection.rebuilds == 0  # the graph came from its file, patched
+        got = [[(h.id, round(h.score, 9)) for h in m.search(q, reinforce=False)] for q in QUERIES + ["zebra"]]
+        _assert_same_as_rebuild(m)
+    assert not (idx / sidecar.JOURNAL).exists()  # the reader's close saved the current state
+    with Memory(path, embedder=None) as m:
+        m.search("zebra", reinforce=False)
+        assert m._views.caught_up is None and m._views._file_seq["lexical"] == m._store.change_seq()
+    shutil.rmtree(idx)
+    with Memory(path, embedder=None) as m:  # views rebuilt from the database answer the same
+        assert got == [[(h.id, round(h.score, 9)) for h in m.search(q, reinforce=False)] for q in QUERIES + ["zebra"]]
+
+
+def test_a_broken_chain_is_never_trusted(tmp_path):
+    """Any gap between the files and the database — a commit without a journal line (a sleep
+    cycle, a crash before the append), a damaged line, a journal of another state — means a
+    rebuild, never a catch-up that would miss rows."""
+    path = tmp_path / "m.db"
+    _store(path)
+    idx = Path(str(path) + ".idx")
+    journal = idx / sidecar.JOURNAL
+    with Memory(path, embedder=None) as m:
+        m.record_decision("first zebra", "first outcome")
+    with Memory(path, embedder=None) as m:
+        m.record_decision("second zebra", "second outcome")
+    lines = journal.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 2
+    for broken in ([lines[1]], [lines[0]], [lines[0], lines[1].replace(b'"f"', b'"F"')],
+                   [lines[0], lines[1][:-12] + b"0000000\n"], [lines[0], lines[1][:-1]]):
+        journal.write_bytes(b"".join(broken))
+        with Memory(path, embedder=None) as m:
+            m._views.save_sidecars = lambda: []  # keep the files of the earlier state for the next case
+            texts = {h.text for h in m.search("zebra", reinforce=False)}
+            assert {"first zebra", "second zebra"} <= texts
+            assert m._views.caught_up is None and "lexical" not in m._views._file_seq
+            _assert_same_as_rebuild(m)
+    journal.write_bytes(b"".join(lines))
+    with Memory(path, embedder=None) as m:  # intact: caught up
+        m.search("zebra", reinforce=False)
+        assert m._views.caught_up is not None
+        m._views.save_sidecars = lambda: []
+    with Memory(path, embedder=None) as m:  # a sleep cycle commits without a journal line: a gap
+        m.sleep()
+        m._views.save_sidecars = lambda: []
+    with Memory(path, embedder=None) as m:
+        m.search("zebra", reinforce=False)
+        assert m._views.caught_up is None
+        _assert_same_as_rebuild(m)
+
+
+def test_rows_inserted_by_another_sqlite_client_are_noticed(tmp_path):
+    """A plain sqlite3 client that inserts a chunk without advancing the change counter: the files
+    and the journal do not account for the database's highest nid, so the views are rebuilt."""
+    import sqlite3
+
     path = tmp_path / "m.db"
     _store(path)
     with Memory(path, embedder=None) as m:
-        m.record_decision("zebra decision", "zebra outcome")
-        assert "lexical" in m._views._file_seq
+        m.record_decision("zebra decision", "zebra outcome")  # files one journal line behind
+    con = sqlite3.connect(path)
+    cols = [r[1] for r in con.execute("PRAGMA table_info(chunks)")]
+    row = dict(zip(cols, con.execute("SELECT * FROM chunks ORDER BY nid DESC LIMIT 1").fetchone()))
+    row.update(nid=row["nid"] + 1, id="foreign-chunk", text="okapi from another client", text_hash=1)
+    con.execute(f"INSERT INTO chunks ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
+    con.commit()
+    con.close()
     with Memory(path, embedder=None) as m:
-        assert {h.text for h in m.search("zebra", reinforce=False)} >= {"zebra decision", "zebra outcome"}
-        assert {"chunks", "lexical", "projection"} <= set(m._views._file_seq)
-        assert m._projection.rebuilds == 0  # the graph and the write overlay came from the file
-        got = [[(h.id, round(h.score, 9)) for h in m.search(q, reinforce=False)] for q in QUERIES + ["zebra"]]
+        assert "okapi from another client" in {h.text for h in m.search("okapi", reinforce=False)}
+        assert m._views.caught_up is None
         _assert_same_as_rebuild(m)
-    shutil.rmtree(Path(str(path) + ".idx"))
-    with Memory(path, embedder=None) as m:  # views rebuilt from the database answer the same
-        assert got == [[(h.id, round(h.score, 9)) for h in m.search(q, reinforce=False)] for q in QUERIES + ["zebra"]]
+
+
+def test_a_session_that_searched_saves_its_graph_with_the_learned_links(tmp_path):
+    """Reinforcing searches put learned links in the projection's overlay; close saves the graph
+    with that overlay, so the next process answers as the closing one did, without a rebuild."""
+    path = tmp_path / "m.db"
+    _store(path)
+    with Memory(path, embedder=None) as m:
+        for q in QUERIES * 2:
+            m.search(q, reinforce=True)
+        assert m._projection._overlay.learned  # learned links in the overlay
+        m.flush()
+        want = [[(h.id, h.score) for h in m.search(q, reinforce=False)] for q in QUERIES]
+    with Memory(path, embedder=None) as m:
+        got = [[(h.id, h.score) for h in m.search(q, reinforce=False)] for q in QUERIES]
+        assert m._projection.rebuilds == 0 and "projection" in m._views._file_seq
+        assert m._projection._overlay.learned
+        assert m._store.query("SELECT COUNT(*) FROM cooccurrence")[0][0] > 0
+    assert got == want
 
 
 def test_a_projection_file_without_its_overlay_arrays_is_rebuilt(tmp_path):
@@ -478,17 +641,17 @@ def test_a_commit_by_another_process_around_an_own_write_is_not_swallowed(tmp_pa
         a.record_decision("use redis cache", "faster response")
         a.search("redis")
         views = a._views
-        orig = views._adopt_current_files
+        orig = views._before_write
 
         def foreign_commit_in_the_window() -> None:
             b.record_decision("enable zebra mode", "giraffe outage")
             orig()
 
-        views._adopt_current_files = foreign_commit_in_the_window
+        views._before_write = foreign_commit_in_the_window
         try:
             a.record_decision("deploy on friday", "weekend pager storm")
         finally:
-            views._adopt_current_files = orig
+            views._before_write = orig
         assert "enable zebra mode" in [h.text for h in a.search("zebra", reinforce=False)]
     finally:
         a.close()

@@ -429,6 +429,9 @@ class StoreBackend(Protocol):
     def edge_rows_by_ids(self, edge_ids: Sequence[str]) -> list[EdgeRow]:
         """The edges with these public ids (any order)."""
 
+    def edge_states(self, eids: Sequence[int]) -> list[tuple[int, int, int, int, float, bool]]:
+        """(eid, src, dst, rel_code, confidence, valid) of the given edges, ascending eid."""
+
     def edge_ids(self, eids: Sequence[int]) -> dict[int, str]: ...
 
     def edge_judge_rows(self, eids: Sequence[int]) -> dict[int, JudgeEdgeRow]: ...

@@ -736,6 +736,18 @@ class SQLiteStore:
         return [EdgeRow._make(r) for r in self.query(f"SELECT {EDGE_COLS} FROM {EDGE_FROM}{where} ORDER BY e.eid",
                                                      params)]
 
+    def edge_states(self, eids: Sequence[int]) -> list[tuple[int, int, int, int, float, bool]]:
+        """(eid, src, dst, rel_code, confidence, valid) of the given edges, ascending eid (the
+        catch-up of index files from their journal)."""
+        rows = self._select_in("SELECT eid, src, dst, rel_code, confidence, valid_to IS NULL FROM edges "
+                               "WHERE eid IN ({ids})", [int(e) for e in eids])
+        return sorted((r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows)
+
+    def max_nid(self) -> int:
+        """The highest chunk nid (-1 for none): one index lookup."""
+        value = self._one("SELECT MAX(nid) FROM chunks")
+        return -1 if value is None else int(value)
+
     def edge_ids(self, eids: Sequence[int]) -> dict[int, str]:
         return dict(self._select_in("SELECT eid, id FROM edges WHERE eid IN ({ids})", [int(e) for e in eids]))
 
