@@ -17,26 +17,20 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from _common import RESULTS, setup
 
-import numpy as np
+setup()
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
+import numpy as np  # noqa: E402
+
 
 import locomo_retrieval as lr  # noqa: E402
 
 from causalmem.onnx_embedder import OnnxEmbedder  # noqa: E402
 from causalmem.semantic import SentenceTransformerEmbedder  # noqa: E402
 
-RESULTS = HERE / "results"
 
 
 def main() -> None:

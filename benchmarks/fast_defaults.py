@@ -16,12 +16,17 @@ exists (the machine is shared; the ratio is the comparable number):
   embedded yet), and the same for a store whose chunks all have vectors (``--embedded``).
 * search latency p50/p95 with the model (``--embedded`` chunks embedded with the real model by
   the background worker) and without the model at each size.
+* a one-shot writer process (``Memory(path)``, one ``record_decision``, ``close`` — a CLI
+  ``record``) on each cold-start store, and the open + first search of the reader after it, side
+  by side with the code of ``--peer REV`` (exported with ``git archive``) in alternating rounds.
+
+The cold-start stores are kept in ``--stores DIR`` when given (built there once: run
+``--build-only`` under ``/work/coord/heavy``, then the timed run under ``/work/coord/quiet``).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -30,22 +35,15 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from _common import REPO, RESULTS, bulk_store, export_revision, load_text, setup, write_report
 
-import numpy as np
+setup()
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(HERE))
+import numpy as np  # noqa: E402
 
-from store_bench import bench_writes, build_store, vocab  # noqa: E402
+from store_bench import bench_writes, vocab  # noqa: E402
 
 from causalmem import Memory  # noqa: E402
-
-RESULTS = HERE / "results"
 
 
 def sentences(rng: np.random.Generator, n: int) -> list[str]:
@@ -123,6 +121,55 @@ def cold_start(db: Path, spec: str, query: str, runs: int = 3, close: bool = Fal
     return {k: statistics.median(r[k] for r in res) for k in ("import_s", "open_search_s", "hits", "rss_mb")}
 
 
+WRITER = """
+import os, sys, time, json
+t0 = time.perf_counter()
+sys.path.insert(0, {repo!r})
+from causalmem import Memory
+import causalmem
+assert causalmem.__file__.startswith({repo!r}), causalmem.__file__
+t1 = time.perf_counter()
+mem = Memory({db!r}, embedder={spec})
+mem.record_decision("one-shot decision {tag}", "one-shot outcome {tag}")
+mem.close()
+print(json.dumps({{"import_s": t1 - t0, "write_s": time.perf_counter() - t1}}))
+"""
+
+
+def one_shot_writes(db: Path, query: str, trees: dict[str, str], rounds: int, spec: str = "'auto'") -> dict:
+    """Per tree: wall seconds of a one-shot writer process (open + one record + close, import
+    excluded) and of the open + first search of the reader that comes next (this tree's reader:
+    ``REPO``), rounds alternating the trees' order; medians."""
+    res: dict[str, dict[str, list[float]]] = {k: {"write": [], "read": []} for k in trees}
+    for r in range(rounds):
+        for name in (list(trees) if r % 2 == 0 else list(trees)[::-1]):
+            code = WRITER.format(repo=trees[name], db=str(db), spec=spec, tag=f"{name} {r}")
+            p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800,
+                               env={**__import__("os").environ, "PYTHONPATH": ""})
+            if p.returncode != 0:
+                raise RuntimeError(p.stderr[-2000:])
+            res[name]["write"].append(json.loads(p.stdout.strip().splitlines()[-1])["write_s"])
+            res[name]["read"].append(cold_start(db, spec, query, runs=1, close=True)["open_search_s"])
+    return {k: {m: statistics.median(v) for m, v in d.items()} for k, d in res.items()}
+
+
+def cold_store(stores: Path, n: int, rng, words, n_queries: int) -> tuple[Path, list[str]]:
+    """The cold-start store of ``n`` chunks / ``3 n`` edges in ``stores`` (built once, its index files
+    written by a first open + close) and its queries."""
+    path = stores / f"cold_{n}.db"
+    qfile = stores / f"cold_{n}.queries.json"
+    if not (path.exists() and qfile.exists()):
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+        shutil.rmtree(str(path) + ".idx", ignore_errors=True)
+        mem = bulk_store(path, rng, words, n, n * 3)
+        q = [" ".join(r[0].split()[:3]) for r in
+             mem._store.query("SELECT text FROM chunks ORDER BY random() LIMIT ?", (max(n_queries, 200),))]
+        mem.close()
+        qfile.write_text(json.dumps(q))
+    return path, json.loads(qfile.read_text())[:n_queries]
+
+
 def latency(mem: Memory, queries: list[str], **kw) -> tuple[float, float]:
     mem.search(queries[0], reinforce=False, **kw)
     lat = []
@@ -133,6 +180,25 @@ def latency(mem: Memory, queries: list[str], **kw) -> tuple[float, float]:
     return float(np.percentile(lat, 50)), float(np.percentile(lat, 95))
 
 
+def write_rows(tmp: Path, rng, words, args, row) -> None:
+    """The write rows: ``record_many`` at the default vs ``embedder=None``, background embedding
+    (default encoder vs torch), ``record_many`` without the model vs raw sqlite3."""
+    dw = bench_default_writes(tmp, rng, args.batches)
+    (r_def, s_def, nb, emb), (r_none, _, _, _) = dw["default (model installed)"], dw["embedder=None (peer)"]
+    row("`record_many` at the default configuration (batches of 1,000 pairs)",
+        f"{r_def:,.0f} edges/s ({emb!r}); lexically searchable at once: {s_def}/{nb} batches",
+        f"embedder=None {r_none:,.0f} edges/s ({r_def / r_none:.2f}×)", "≥ 10,000 edges/s")
+    bg = bench_background(tmp, rng, args.background)
+    (r_bg, e_bg), (r_t, _) = bg["default encoder"], bg["torch encoder (peer)"]
+    row(f"background embedding throughput ({args.background:,} texts, write → flush)",
+        f"{r_bg:,.0f} texts/s ({e_bg})", f"torch {r_t:,.0f} texts/s ({r_bg / r_t:.2f}×)", "≥ 300 texts/s")
+    w = bench_writes(tmp, rng, words, n_single=200, n_batches=args.batches)
+    ref = w["raw sqlite3 executemany (reference)"]
+    rm = w["record_many (batches of 1,000)"]
+    row("`record_many` without the model (batches of 1,000)", f"{rm:,.0f} edges/s",
+        f"raw sqlite3 executemany {ref:,.0f} ({rm / ref:.2f}×)", "≥ 20,000 edges/s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="100000,1000000", help="store sizes (chunks) for cold start / no-model search")
@@ -141,9 +207,23 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=10)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--out", default=str(RESULTS / "fast_defaults.md"))
+    ap.add_argument("--stores", help="directory keeping the cold-start stores between runs")
+    ap.add_argument("--build-only", action="store_true", help="build the cold-start stores in --stores, time nothing")
+    ap.add_argument("--peer", default="4bf789f", help="revision of the one-shot writer peer ('' to skip)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the one-shot writer rows")
+    ap.add_argument("--skip-writes", action="store_true", help="no write / background rows")
     args = ap.parse_args()
     rng = np.random.default_rng(7)
     words = vocab(rng)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if args.build_only:
+        assert args.stores, "--build-only needs --stores"
+        for n in sizes:
+            cold_store(Path(args.stores), n, np.random.default_rng(n), words, args.queries)
+            path = Path(args.stores) / f"cold_{n}.db"
+            if not (Path(str(path) + ".idx") / "lexical.cmx").exists():
+                cold_start(path, "None", "warm up", runs=1, close=True)  # writes the index files
+        return
     lines = ["# Fast at the defaults (issue 10)", "",
              f"`python benchmarks/fast_defaults.py {' '.join(sys.argv[1:])}`".replace(" `", "`"), "",
              "| what | figure | peer in the same run | target |", "|---|---|---|---|"]
@@ -154,28 +234,24 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="causalmem-fast-") as d:
         tmp = Path(d)
-        dw = bench_default_writes(tmp, rng, args.batches)
-        (r_def, s_def, nb, emb), (r_none, _, _, _) = dw["default (model installed)"], dw["embedder=None (peer)"]
-        row("`record_many` at the default configuration (batches of 1,000 pairs)",
-            f"{r_def:,.0f} edges/s ({emb!r}); lexically searchable at once: {s_def}/{nb} batches",
-            f"embedder=None {r_none:,.0f} edges/s ({r_def / r_none:.2f}×)", "≥ 10,000 edges/s")
-        bg = bench_background(tmp, rng, args.background)
-        (r_bg, e_bg), (r_t, _) = bg["default encoder"], bg["torch encoder (peer)"]
-        row(f"background embedding throughput ({args.background:,} texts, write → flush)",
-            f"{r_bg:,.0f} texts/s ({e_bg})", f"torch {r_t:,.0f} texts/s ({r_bg / r_t:.2f}×)", "≥ 300 texts/s")
-        w = bench_writes(tmp, rng, words, n_single=200, n_batches=args.batches)
-        ref = w["raw sqlite3 executemany (reference)"]
-        rm = w["record_many (batches of 1,000)"]
-        row("`record_many` without the model (batches of 1,000)", f"{rm:,.0f} edges/s",
-            f"raw sqlite3 executemany {ref:,.0f} ({rm / ref:.2f}×)", "≥ 20,000 edges/s")
-        for n in [int(s) for s in args.sizes.split(",") if s]:
-            path = tmp / f"cold_{n}.db"
-            mem = build_store(path, rng, words, n, n * 3)
-            q = [" ".join(r[0].split()[:3]) for r in
-                 mem._store.query("SELECT text FROM chunks ORDER BY random() LIMIT ?", (args.queries,))]
-            mem.close()
-            # the bulk build wrote no index files: the first open rebuilds and writes them at close
-            c_first = cold_start(path, "None", q[0], runs=1, close=True)
+        lines.insert(3, f"Load average at the start: {load_text()}.")
+        if not args.skip_writes:
+            write_rows(tmp, rng, words, args, row)
+        stores = Path(args.stores) if args.stores else tmp
+        trees = {"current tree": str(REPO)}
+        if args.peer and sizes:
+            trees[f"before ({args.peer})"] = str(export_revision(args.peer, tmp / "peer"))
+        for n in sizes:
+            path, q = cold_store(stores, n, np.random.default_rng(n), words, args.queries)
+            idx, kept = Path(str(path) + ".idx"), Path(str(path) + ".idx-kept")
+            if idx.exists():  # the peer: no index files (a rebuild from the database); not saved
+                shutil.rmtree(kept, ignore_errors=True)
+                idx.rename(kept)
+                c_first = cold_start(path, "None", q[0], runs=1, close=False)
+                shutil.rmtree(idx, ignore_errors=True)
+                kept.rename(idx)
+            else:  # a fresh store: the first open rebuilds and writes the files at close
+                c_first = cold_start(path, "None", q[0], runs=1, close=True)
             c_none = cold_start(path, "None", q[0])
             c_auto = cold_start(path, "'auto'", q[0])
             row(f"open + first search, {n:,} chunks, fresh process (no vectors stored; index files from an "
@@ -189,7 +265,7 @@ def main() -> None:
             # queries alternating between the two (same answers checked)
             mem_files = Memory(path, embedder=None)
             mem_files.search(q[0], reinforce=False)
-            shutil.rmtree(str(path) + ".idx")
+            idx.rename(kept)
             mem_rebuilt = Memory(path, embedder=None)
             mem_rebuilt.search(q[0], reinforce=False)
             lat_f, lat_r = [], []
@@ -200,15 +276,28 @@ def main() -> None:
                     got.append([h.id for h in m.search(qq, reinforce=False)])
                     lat.append((time.perf_counter() - t) * 1000)
                 assert got[0] == got[1], qq
+            mem_files._views.save_sidecars = lambda: []  # the files stay as loaded
             mem_files.close()
+            mem_rebuilt._views.save_sidecars = lambda: []
             mem_rebuilt.close()
+            shutil.rmtree(idx, ignore_errors=True)
+            kept.rename(idx)
             p50, p95 = float(np.percentile(lat_f, 50)), float(np.percentile(lat_f, 95))
             r50 = float(np.percentile(lat_r, 50))
             row(f"`search` without the model, {n:,} chunks / {3 * n:,} edges", f"p50 {p50:.2f} ms, p95 {p95:.2f} ms "
                 "(views loaded from the index files)", f"views rebuilt from the database: p50 {r50:.2f} ms "
                 f"({p50 / r50:.2f}×; same answers)", "no worse than 2.0 / 3.8 ms")
-            path.unlink()
-            shutil.rmtree(str(path) + ".idx", ignore_errors=True)
+            # a one-shot writer (a CLI `record`) and the reader after it, this tree vs the peer's code
+            if len(trees) > 1:
+                ow = one_shot_writes(path, q[1], trees, args.rounds)
+                cur, (peer_name, peer) = ow["current tree"], [(k, v) for k, v in ow.items() if k != "current tree"][0]
+                row(f"one-shot writer process, {n:,} chunks (`Memory(path)` + `record_decision` + `close`, import "
+                    f"excluded; {args.rounds} rounds)", f"{cur['write'] * 1000:.0f} ms (appends one journal line)",
+                    f"{peer_name}: {peer['write'] * 1000:.0f} ms (loads and rewrites the index files; "
+                    f"{peer['write'] / max(cur['write'], 1e-9):.1f}×)", "cheap (issue 10 gap a)")
+                row(f"open + first search of the reader after that write, {n:,} chunks",
+                    f"{cur['read']:.2f} s (files of the earlier state caught up from the journal)",
+                    f"after the peer's writer: {peer['read']:.2f} s (files current)", "≤ 0.3 s at 100k, ≤ 1 s at 1M")
         if args.embedded:
             n = args.embedded
             path = tmp / f"embedded_{n}.db"
@@ -233,11 +322,9 @@ def main() -> None:
             c = cold_start(path, "'auto'", qs[0])
             row(f"open + first search, {n:,} chunks with vectors, fresh process", f"{c['open_search_s']:.2f} s, "
                 f"RSS {c['rss_mb']:.0f} MB", "", "≤ 0.3 s at 100k; RSS ≤ 800 MB at 1M")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out != "-":
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+    lines.append("")
+    lines.append(f"Load average at the end: {load_text()}.")
+    write_report(lines, args.out)
 
 
 if __name__ == "__main__":

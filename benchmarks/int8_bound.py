@@ -18,27 +18,21 @@ only (embeddings fp32), and MatMul only with the last or the first encoder layer
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from _common import RESULTS, setup, write_report
 
-import numpy as np
+setup()
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
+import numpy as np  # noqa: E402
+
 
 import locomo_retrieval as lr  # noqa: E402
 
 from causalmem.onnx_embedder import OnnxEmbedder, export_onnx  # noqa: E402
 
-RESULTS = HERE / "results"
 CONFIGS = (("semantic only", ("semantic",)), ("default config", ("lexical", "semantic", "graph")))
 
 
@@ -120,10 +114,7 @@ def main() -> None:
                          f"({int((delta > 0).sum())} / {int((delta < 0).sum())}) | [{lo:+.4f}, {hi:+.4f}] | "
                          f"{'yes' if abs(delta.mean()) <= 0.01 else 'no'} |")
             print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out != "-":
-        Path(args.out).write_text(text)
+    write_report(lines, args.out)
 
 
 if __name__ == "__main__":

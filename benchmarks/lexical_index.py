@@ -29,11 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+from _common import RESULTS, setup, write_report
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
+setup()
+
+import numpy as np  # noqa: E402
+
 
 from store_bench import texts, vocab  # noqa: E402
 
@@ -41,7 +42,6 @@ from causalmem import sidecar  # noqa: E402
 from causalmem.lexical import BM25Index, B, K1  # noqa: E402
 from causalmem.tokenizer import DEFAULT_TOKENIZER  # noqa: E402
 
-RESULTS = HERE / "results"
 
 
 def ms(xs: list[float]) -> tuple[float, float]:
@@ -229,10 +229,7 @@ def main() -> None:
             lines.append(f"| {n:,} | {name} | {r['open'] * 1000:.0f} ms | {first} | {p50:.2f} / {p95:.2f} ms | "
                          f"{save} | {size} | {w} | {same} |")
             print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out != "-":
-        Path(args.out).write_text(text)
+    write_report(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from causalmem import Memory  # noqa: E402
-from causalmem.types import Relation  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -105,28 +104,9 @@ def bench_writes(tmp: Path, rng, words, n_single: int, n_batches: int) -> dict:
 
 def build_store(path: Path, rng, words, n_chunks: int, n_edges: int) -> Memory:
     """A store of n_chunks chunks and n_edges random causal edges, written through the store's bulk API."""
-    mem = Memory(path, embedder=None)
-    now = time.time()
-    rels = [Relation.CAUSED, Relation.ENABLED, Relation.PREVENTED, Relation.FACT]
-    step = 100_000
-    for lo in range(0, n_chunks, step):
-        n = min(step, n_chunks - lo)
-        with mem._store.transaction():
-            mem._store.insert_chunks_bulk([{"text": t, "kind": "decision", "created_at": now, "q_value": 0.5}
-                                           for t in texts(rng, words, n)])
-    # power-law-ish out-degree: sources drawn from a Zipf over chunk ids
-    for lo in range(0, n_edges, step):
-        n = min(step, n_edges - lo)
-        src = (rng.zipf(1.5, size=n) * 7919 + rng.integers(0, n_chunks, size=n)) % n_chunks + 1
-        dst = rng.integers(1, n_chunks + 1, size=n)
-        dst = np.where(dst == src, dst % n_chunks + 1, dst)
-        conf = rng.uniform(0.3, 1.0, size=n)
-        rel = rng.integers(0, len(rels), size=n)
-        with mem._store.transaction():
-            mem._store.insert_edges_bulk([{"src": int(s), "dst": int(d), "relation": rels[r], "confidence": float(c),
-                                           "source": "llm_inferred", "discovered_at": now}
-                                          for s, d, c, r in zip(src, dst, conf, rel)])
-    return mem
+    from _common import bulk_store
+
+    return bulk_store(path, rng, words, n_chunks, n_edges)
 
 
 def bench_rebuild(tmp: Path, rng, words, n_edges: int, n_chunks: int) -> dict:

@@ -20,14 +20,10 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
-import io
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-RESULTS = HERE / "results"
+from _common import HERE, REPO, RESULTS, export_revision, load_text, write_report
 
 CHILD = r"""
 import json, sys, tempfile, time
@@ -64,17 +60,6 @@ print(json.dumps([wall, cpu]))
 """
 
 
-def export_baseline(rev: str, where: Path) -> Path:
-    """The package of ``rev`` (``git archive``), its kernel compiled in place."""
-    data = subprocess.check_output(["git", "-C", str(REPO), "archive", "--format=tar", rev,
-                                    "causalmem", "setup.py", "pyproject.toml"])
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(where)
-    subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace", "-q"], cwd=where, check=True,
-                   capture_output=True)
-    return where
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--baseline", metavar="REV", help="git revision to measure side by side")
@@ -82,10 +67,11 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=10)
     ap.add_argument("--out", default=str(RESULTS / "write_speed.md"))
     args = ap.parse_args()
+    load_start = load_text()
     trees = {"current tree": str(REPO)}
     with tempfile.TemporaryDirectory(prefix="causalmem-write-baseline-") as tmp:
         if args.baseline:
-            trees = {f"baseline {args.baseline}": str(export_baseline(args.baseline, Path(tmp))), **trees}
+            trees = {f"baseline {args.baseline}": str(export_revision(args.baseline, Path(tmp))), **trees}
         trees["raw sqlite3 executemany (peer)"] = "raw"
         res: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in trees}
         for r in range(args.rounds):
@@ -97,22 +83,19 @@ def main() -> None:
                 wall, cpu = json.loads(p.stdout.strip().splitlines()[-1])
                 res[name][0].extend(wall)
                 res[name][1].extend(cpu)
-    load = os.getloadavg()[0]
+    load = f"{load_start} at the start, {load_text()} at the end"
     cur = res["current tree"]
     lines = ["# `record_many` without the model, before/after (issue 10 item 5)", "",
              f"`python benchmarks/write_speed.py{' --baseline ' + args.baseline if args.baseline else ''}` — "
              f"{args.rounds} rounds × {args.batches} batches of 1,000 pairs per tree, fresh process and file each, "
-             f"order alternating; {os.cpu_count()} cores, load average {load:.1f} at the end (wall-clock rates "
+             f"order alternating; {os.cpu_count()} cores, load average {load} (wall-clock rates "
              "fall with the load; CPU-time rates and the ratios are the comparable figures).", "",
              "| writer | wall edges/s (median) | CPU-time edges/s (median) | × current, wall / CPU |", "|---|---|---|---|"]
     for name, (wall, cpu) in res.items():
         w, c = statistics.median(wall), statistics.median(cpu)
         lines.append(f"| {name} | {w:,.0f} | {c:,.0f} | {w / statistics.median(cur[0]):.2f} / "
                      f"{c / statistics.median(cur[1]):.2f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out != "-":
-        Path(args.out).write_text(text)
+    write_report(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -149,22 +149,16 @@ def save_arrays(directory: Path, kind: str, change_seq: int, arrays: Mapping[str
 def load_latest(directory: Path | None, kind: str) -> Snapshot | None:
     """The sidecar ``kind`` whatever ``change_seq`` it names (intact, else None): the base a
     catch-up from the journal starts from (``Snapshot.change_seq`` says which state it holds)."""
-    if directory is None:
-        return None
-    path = directory / f"{kind}{_SUFFIX}"
-    try:
-        return _load(path, kind, None)
-    except FileNotFoundError:
-        return None
-    except Exception as exc:
-        log.info("causalmem: sidecar %s not used (%s: %s); rebuilding from the database", path,
-                 type(exc).__name__, exc)
-        return None
+    return _try_load(directory, kind, None)
 
 
 def load_arrays(directory: Path | None, kind: str, change_seq: int) -> Snapshot | None:
     """The sidecar ``kind`` if it matches ``change_seq`` and is intact; None otherwise (never raises
     for a bad file: the reason is logged at debug level and the caller rebuilds)."""
+    return _try_load(directory, kind, change_seq)
+
+
+def _try_load(directory: Path | None, kind: str, change_seq: int | None) -> Snapshot | None:
     if directory is None:
         return None
     path = directory / f"{kind}{_SUFFIX}"

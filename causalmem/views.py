@@ -393,14 +393,7 @@ class Views:
         nids = np.union1d(np.union1d(delta.get("ci", _NO_IDS), delta.get("cu", _NO_IDS)), delta.get("ct", _NO_IDS))
         rows = self.store.chunk_rows_by_nid(nids.tolist()) if len(nids) else {}
         if rows:
-            r = [rows[n] for n in sorted(rows)]
-            table.load(ChunkColumns(
-                nid=tuple(x.nid for x in r), kind=tuple(x.kind for x in r),
-                created_at=tuple(x.created_at for x in r), event_time=tuple(x.event_time for x in r),
-                q_value=tuple(x.q_value for x in r), importance=tuple(x.importance for x in r),
-                user_id=tuple(x.user_id for x in r), agent_id=tuple(x.agent_id for x in r),
-                run_id=tuple(x.run_id for x in r), session_id=tuple(x.session_id for x in r),
-                alive=tuple(int(x.valid_to is None) for x in r), text=None))
+            table.load(_columns_of(rows))
         retext = set(delta.get("ct", _NO_IDS).tolist())
         fresh = []
         for nid, row in sorted(rows.items()):
@@ -732,14 +725,7 @@ class Views:
                 last = self.store.last_update_event()
                 text_changed, self._updates_seen = last != self._updates_seen, last
             if self.chunks is not None and rows:
-                r = [rows[n] for n in sorted(rows)]
-                self.chunks.load(ChunkColumns(
-                    nid=tuple(x.nid for x in r), kind=tuple(x.kind for x in r),
-                    created_at=tuple(x.created_at for x in r), event_time=tuple(x.event_time for x in r),
-                    q_value=tuple(x.q_value for x in r), importance=tuple(x.importance for x in r),
-                    user_id=tuple(x.user_id for x in r), agent_id=tuple(x.agent_id for x in r),
-                    run_id=tuple(x.run_id for x in r), session_id=tuple(x.session_id for x in r),
-                    alive=tuple(int(x.valid_to is None) for x in r), text=None))
+                self.chunks.load(_columns_of(rows))
             for nid, row in rows.items():
                 if row.valid_to is not None:
                     if self.lexical is not None and nid in self.lexical:
@@ -1081,6 +1067,18 @@ class Views:
 
     def count_write(self, fx: Effects, n: int = 1) -> None:
         fx.append(lambda: self.projection.count_write(n))
+
+
+def _columns_of(rows: dict[int, Any]) -> ChunkColumns:
+    """Chunk rows by nid as one column batch for ``ChunkTable.load`` (texts left out)."""
+    r = [rows[n] for n in sorted(rows)]
+    return ChunkColumns(
+        nid=tuple(x.nid for x in r), kind=tuple(x.kind for x in r),
+        created_at=tuple(x.created_at for x in r), event_time=tuple(x.event_time for x in r),
+        q_value=tuple(x.q_value for x in r), importance=tuple(x.importance for x in r),
+        user_id=tuple(x.user_id for x in r), agent_id=tuple(x.agent_id for x in r),
+        run_id=tuple(x.run_id for x in r), session_id=tuple(x.session_id for x in r),
+        alive=tuple(int(x.valid_to is None) for x in r), text=None)
 
 
 def _guarded(build: Callable[[Any], Any], snap: sidecar.Snapshot) -> Any:
