@@ -49,6 +49,9 @@ FAST_LOAD_WAIT_S = 2.0
 RESUME_DELAY_S = 1.0
 #: a catch-up from the journal re-reads at most this many row ids; more: rebuild from the database
 CATCH_UP_MAX_IDS = 200_000
+#: a process that caught up this many ids or fewer (and changed nothing itself) leaves the files
+#: and the journal as they are at close; more, and it saves the views (the journal is pruned)
+CATCH_UP_KEEP = 5_000
 _NO_IDS = np.zeros(0, np.int64)
 #: after-commit callbacks of one write
 Effects = list[Callable[[], None]]
@@ -123,6 +126,9 @@ class Views:
         self.query_cache = QueryVectorCache(1024)
         #: (the index files' change_seq, ids re-read) when the views were caught up from the journal
         self.caught_up: tuple[int, int] | None = None
+        # views whose file is older than them by the journal's rows (a catch-up): saved in full, or
+        # left as they are when the catch-up was small (``CATCH_UP_KEEP``), never restamped
+        self._behind: set[str] = set()
         self.embed_lock = threading.Lock()  # one embedding pass at a time (worker or reembed)
         self.embedded_below = 0  # every live chunk with nid <= this has a current vector (a hint)
         self.mark_resets = 0  # bumped whenever the hint is reset
@@ -407,8 +413,8 @@ class Views:
         if fresh:
             index.add_many(fresh)
         self._file_seq["chunks"] = self._file_seq["lexical"] = base
-        if len(nids):
-            self._dirty.update(("chunks", "lexical"))
+        if len(nids):  # the files are behind the views by the journal's rows: never restamped
+            self._behind.update(("chunks", "lexical"))
         self.caught_up = (base, int(sum(len(v) for v in delta.values())))
         log.debug("causalmem: index files caught up from the journal (%d rows)", len(nids))
         return table, index
@@ -475,6 +481,7 @@ class Views:
         this process's own writes would have (new edges into the overlay, invalidated edges and
         deleted chunks masked)."""
         proj = self.projection
+        before = proj.version
         ei, ex = delta.get("ei", _NO_IDS), delta.get("ex", _NO_IDS)
         if len(ei):
             for eid, src, dst, code, conf, valid in self.store.edge_states(ei.tolist()):
@@ -492,6 +499,9 @@ class Views:
             proj.n_nodes = max(proj.n_nodes, int(ci[-1]) + 1)
         if len(ei) or len(ex) or len(cu):
             proj.count_write(1)
+        if proj.version != before:  # the file is behind by the journal's rows (not an own change)
+            self._graph_saved = proj.version
+            self._behind.add("projection")
 
     def save_sidecars(self) -> list[str]:
         """Write the views that changed to ``<db>.idx/`` (at ``close``); returns the kinds written.
@@ -519,10 +529,14 @@ class Views:
                     if proj.version != self._graph_saved:
                         self._dirty.add("projection")
                     items.append(("projection", proj.state))
+                caught = self.caught_up[1] if self.caught_up is not None else 0
                 for kind, get in items:
-                    if kind not in self._dirty and self._file_seq.get(kind) == seq:
+                    if kind in self._behind and kind not in self._dirty:
+                        if caught <= CATCH_UP_KEEP:
+                            continue  # the next open catches up as this one did: no rewrite
+                    elif kind not in self._dirty and self._file_seq.get(kind) == seq:
                         continue
-                    if kind not in self._dirty and kind in self._file_seq and \
+                    elif kind not in self._dirty and kind in self._file_seq and \
                             sidecar.restamp(directory, kind, self._file_seq[kind], seq):
                         self._file_seq[kind] = seq
                         continue
@@ -532,6 +546,7 @@ class Views:
                     sidecar.save_arrays(directory, kind, seq, state[0], state[1])
                     self._file_seq[kind] = seq
                     self._dirty.discard(kind)
+                    self._behind.discard(kind)
                     written.append(kind)
                     if kind == "projection":
                         self._graph_saved = proj.version

@@ -18,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from causalmem import Memory
 from causalmem import sidecar
+from causalmem import views as views_module
 from causalmem.chunks import ChunkTable
 from causalmem.lexical import BM25Index
 from causalmem.projection import build_graph
@@ -221,8 +222,12 @@ class SidecarMachine(RuleBasedStateMachine):
         dst.close()
         with Memory(copy, embedder=None, clock=self.clock) as fresh:
             for q in QUERIES:
-                got = [(h.id, round(h.score, 9)) for h in self.mem.search(q, reinforce=False)]
-                assert got == [(h.id, round(h.score, 9)) for h in fresh.search(q, reinforce=False)], q
+                # learned links saved in the graph's overlay sum their weights in another order than
+                # a graph rebuilt from the store: equal up to float32 rounding
+                got = {h.id: h.score for h in self.mem.search(q, reinforce=False)}
+                want = {h.id: h.score for h in fresh.search(q, reinforce=False)}
+                assert got.keys() == want.keys(), q
+                assert all(got[k] == pytest.approx(want[k], rel=1e-5, abs=1e-9) for k in got), q
 
     def _answers(self):
         return [[(h.id, h.score) for h in self.mem.search(q, reinforce=False)] for q in QUERIES]
@@ -454,12 +459,13 @@ def test_save_load_round_trip_of_the_file_format(tmp_path):
     assert sidecar.sidecar_dir("host=localhost dbname=db") is None
 
 
-def test_a_write_only_process_appends_to_the_journal_and_the_next_open_catches_up(tmp_path):
+def test_a_write_only_process_appends_to_the_journal_and_the_next_open_catches_up(tmp_path, monkeypatch):
     """A short process that only writes (a CLI ``record``) neither loads nor rewrites the index
     files: each commit appends one journal line. The next process that reads loads the files of
     the earlier state, re-reads only the journal's rows (no rebuild of any view), answers as views
-    rebuilt from the database, and its close saves the files at the current state and empties the
-    journal."""
+    rebuilt from the database; after a small catch-up its close leaves the files and the journal
+    as they are (the next reader catches up again), after a larger one it saves the files at the
+    current state and empties the journal."""
     path = tmp_path / "m.db"
     _store(path)
     idx = Path(str(path) + ".idx")
@@ -481,7 +487,13 @@ def test_a_write_only_process_appends_to_the_journal_and_the_next_open_catches_u
         assert m._projection.rebuilds == 0  # the graph came from its file, patched
         got = [[(h.id, round(h.score, 9)) for h in m.search(q, reinforce=False)] for q in QUERIES + ["zebra"]]
         _assert_same_as_rebuild(m)
-    assert not (idx / sidecar.JOURNAL).exists()  # the reader's close saved the current state
+    assert {f.name: f.read_bytes() for f in idx.glob("*.cmx")} == before  # a small catch-up: left as is
+    assert len((idx / sidecar.JOURNAL).read_bytes().splitlines()) == 3
+    monkeypatch.setattr(views_module, "CATCH_UP_KEEP", 2)
+    with Memory(path, embedder=None) as m:
+        assert got == [[(h.id, round(h.score, 9)) for h in m.search(q, reinforce=False)] for q in QUERIES + ["zebra"]]
+        assert m._views.caught_up is not None and m._projection.rebuilds == 0
+    assert not (idx / sidecar.JOURNAL).exists()  # this reader's close saved the current state
     with Memory(path, embedder=None) as m:
         m.search("zebra", reinforce=False)
         assert m._views.caught_up is None and m._views._file_seq["lexical"] == m._store.change_seq()
