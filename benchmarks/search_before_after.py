@@ -13,6 +13,7 @@ per-query ratio of process CPU time (new / old). ``embedder=None``, ``reinforce=
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -56,6 +57,7 @@ def main() -> None:
         assert p.stdout.readline().strip() == "ready"
         for q in qs[:3]:  # the first searches build the in-memory indexes
             ask(p, q)
+    print("load average at the start: %.2f / %.2f / %.2f" % os.getloadavg(), flush=True)
     res: list[list[list[float]]] = [[], []]
     for i, q in enumerate(qs):
         for k in ((0, 1) if i % 2 == 0 else (1, 0)):
@@ -66,6 +68,7 @@ def main() -> None:
     for k, (tree, db) in enumerate(specs):
         w = [r[0] for r in res[k]]
         print(f"{tree} {db}: wall p50 {np.percentile(w, 50):.2f} ms, p95 {np.percentile(w, 95):.2f} ms")
+    print("load average at the end: %.2f / %.2f / %.2f" % os.getloadavg())
     ratio = [b[1] / a[1] for a, b in zip(res[0], res[1]) if a[1] > 0]
     print(f"per-query CPU time, new / old: median {statistics.median(ratio):.3f} ({len(ratio)} queries)")
 

@@ -160,6 +160,7 @@ class EmbeddingWorker:
         self.embedded = 0  # vectors stored by this worker
         _WORKERS.add(self)
         self._timer: threading.Timer | None = None
+        self._deferred: threading.Timer | None = None  # the start after a write (``kick_deferred``)
 
     @property
     def running(self) -> bool:
@@ -171,6 +172,28 @@ class EmbeddingWorker:
         timer.daemon = True
         self._timer = timer
         timer.start()
+
+    def kick_deferred(self, delay: float) -> None:
+        """New chunks are queued: counted now (``wait`` sees them), the thread started ``delay``
+        seconds later unless it runs already — a process that writes and closes at once (a CLI
+        ``record``) never loads the model; ``stop`` cancels the start."""
+        with self._cond:
+            if self._stop:
+                return
+            self._kicks += 1
+            if self.running:
+                self._cond.notify_all()
+                return
+            if self._deferred is None:
+                timer = threading.Timer(delay, self._start_deferred)
+                timer.daemon = True
+                self._deferred = timer
+                timer.start()
+
+    def _start_deferred(self) -> None:
+        with self._cond:
+            self._deferred = None
+            self._start_locked()
 
     def kick(self) -> None:
         """New chunks may be queued: wake (or start) the thread."""
@@ -209,6 +232,8 @@ class EmbeddingWorker:
         if self._timer is not None:
             self._timer.cancel()
         with self._cond:
+            if self._deferred is not None:
+                self._deferred.cancel()
             self._stop = True
             self._cond.notify_all()
             thread = self._thread

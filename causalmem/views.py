@@ -47,6 +47,8 @@ SCOPE_FROM_STORE = 4096
 FAST_LOAD_WAIT_S = 2.0
 #: seconds after open before the background worker looks for an earlier process's queue
 RESUME_DELAY_S = 1.0
+#: seconds after a write before a worker not yet running starts (and loads the model)
+WORKER_START_DELAY_S = 0.5
 #: a catch-up from the journal re-reads at most this many row ids; more: rebuild from the database
 CATCH_UP_MAX_IDS = 200_000
 #: a process that caught up this many ids or fewer (and changed nothing itself) leaves the files
@@ -202,12 +204,13 @@ class Views:
         return self._worker
 
     def queue_changed(self) -> None:
-        """Chunks without vectors were committed: wake the background worker."""
+        """Chunks without vectors were committed: wake the background worker (its first start is
+        deferred by ``WORKER_START_DELAY_S``: a one-shot writer closes before it loads the model)."""
         if self._embedder_spec is None or self._closed:
             return
         worker = self.worker
         if worker is not None:
-            worker.kick()
+            worker.kick_deferred(WORKER_START_DELAY_S)
 
     def wait_embedded(self, timeout: float | None = None) -> bool:
         """Block until every chunk committed so far has a vector (True), or ``timeout`` passed."""
