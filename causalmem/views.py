@@ -360,6 +360,8 @@ class Views:
         snap = sidecar.load_arrays(self.sidecar_dir, "chunks", seq)
         if snap is not None:
             table = _guarded(lambda sn: ChunkTable.from_arrays(sn.arrays, sn.meta), snap)
+            if table is not None and not self._accounted(snap.meta, {}, max_nid=table.n - 1):
+                return None, None
             if table is not None:
                 self._file_seq["chunks"] = seq
         snap = sidecar.load_arrays(self.sidecar_dir, "lexical", seq)
@@ -395,9 +397,7 @@ class Views:
         index = _guarded(lambda sn: BM25Index.from_arrays(sn.arrays, sn.meta), lsnap)
         if table is None or index is None:
             return None, None
-        if not self._accounted(table, delta):
-            log.info("causalmem: %s holds chunks the index files and their journal do not know (a writer that "
-                     "does not advance the change counter?); rebuilding the views", self.store.path)
+        if not self._accounted(csnap.meta, delta, max_nid=table.n - 1):
             return None, None
         nids = np.union1d(np.union1d(delta.get("ci", _NO_IDS), delta.get("cu", _NO_IDS)), delta.get("ct", _NO_IDS))
         rows = self.store.chunk_rows_by_nid(nids.tolist()) if len(nids) else {}
@@ -422,16 +422,27 @@ class Views:
         log.debug("causalmem: index files caught up from the journal (%d rows)", len(nids))
         return table, index
 
-    def _accounted(self, table: ChunkTable, delta: dict[str, np.ndarray]) -> bool:
-        """Whether the database's highest chunk id is the one the file plus the journal know: a row
-        inserted by a writer that did not advance ``change_seq`` (another SQLite client) is noticed
-        here, and the views are rebuilt instead of trusted."""
-        known = table.n - 1
-        ci = delta.get("ci")
-        if ci is not None and len(ci):
-            known = max(known, int(ci[-1]))
-        max_nid = getattr(self.store, "max_nid", None)
-        return max_nid is None or int(max_nid()) <= known
+    def _accounted(self, meta: dict, delta: dict[str, np.ndarray], *, max_nid: int | None = None) -> bool:
+        """Whether every chunk / edge row above the highest id a file recorded at its save (its meta
+        ``max_nid`` — the chunk table's — or ``max_eid`` — the graph's) is one the journal names:
+        rows *inserted* by a writer that does not advance ``change_seq`` (another SQLite client) are
+        noticed here, on the exact path and on a catch-up alike, and the views rebuilt. (That
+        writer's updates and deletes of existing rows are not: README, "Index files".)"""
+        rows_above = getattr(self.store, "rows_above", None)
+        if rows_above is None:
+            return True
+        none = 1 << 62
+        top_nid = int(meta.get("max_nid", none if max_nid is None else max_nid))
+        top_eid = int(meta.get("max_eid", none))
+        ci, ei = delta.get("ci", _NO_IDS), delta.get("ei", _NO_IDS)
+        want = (int(np.count_nonzero(ci > top_nid)), int(np.count_nonzero(ei > top_eid)))
+        got = tuple(rows_above(top_nid, top_eid))
+        if got != want:
+            log.info("causalmem: %s holds rows its index files and their journal do not know (%d chunks / %d edges "
+                     "above the saved ids, %d / %d expected): a writer that does not advance the change counter? "
+                     "Rebuilding the views", self.store.path, got[0], got[1], want[0], want[1])
+            return False
+        return True
 
     def _before_write(self) -> None:
         """Hook before the first statement of an outer write (tests put another process's commit here).
@@ -463,14 +474,18 @@ class Views:
             return None
         snap = sidecar.load_arrays(self.sidecar_dir, "projection", seq)
         patch: Callable[[], None] | None = None
+        delta: dict[str, np.ndarray] = {}
         if snap is None:  # an older file: caught up from the journal when it has the whole way
             snap = sidecar.load_latest(self.sidecar_dir, "projection")
             if snap is None:
                 return None
-            delta = sidecar.read_chain(self.sidecar_dir, snap.change_seq, seq, max_ids=self._catch_up_limit())
-            if delta is None or "eu" in delta or "o" in delta:  # reweighted / restored / learned: rebuild
+            chain = sidecar.read_chain(self.sidecar_dir, snap.change_seq, seq, max_ids=self._catch_up_limit())
+            if chain is None or "eu" in chain or "o" in chain:  # reweighted / restored / learned: rebuild
                 return None
-            patch = lambda: self._catch_up_projection(delta)  # noqa: E731
+            delta = chain
+            patch = lambda: self._catch_up_projection(chain)  # noqa: E731
+        if not self._accounted(snap.meta, delta):
+            return None
         graph = _guarded(lambda s: CausalGraph.from_state_arrays(s.arrays), snap)
         if graph is None:
             return None
@@ -546,6 +561,12 @@ class Views:
                     state = get()
                     if state is None:
                         continue
+                    if kind in ("chunks", "projection") and hasattr(self.store, "row_tops"):
+                        top_nid, top_eid = self.store.row_tops()  # at seq (checked above): ``_accounted``
+                        if kind == "chunks":
+                            state[1]["max_nid"] = top_nid
+                        else:
+                            state[1]["max_eid"] = top_eid
                     sidecar.save_arrays(directory, kind, seq, state[0], state[1])
                     self._file_seq[kind] = seq
                     self._dirty.discard(kind)

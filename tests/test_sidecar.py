@@ -539,26 +539,54 @@ def test_a_broken_chain_is_never_trusted(tmp_path):
         _assert_same_as_rebuild(m)
 
 
-def test_rows_inserted_by_another_sqlite_client_are_noticed(tmp_path):
-    """A plain sqlite3 client that inserts a chunk without advancing the change counter: the files
-    and the journal do not account for the database's highest nid, so the views are rebuilt."""
+def _foreign_insert(path: Path, what: str) -> None:
+    """A plain sqlite3 client adds a chunk (``okapi from another client``) or an edge between two
+    existing chunks, without advancing the change counter."""
     import sqlite3
 
+    con = sqlite3.connect(path)
+    if what == "chunk":
+        con.execute("INSERT INTO chunks (id, text, text_hash, kind, created_at, q_value) "
+                    "SELECT 'foreign-chunk', 'okapi from another client', 12345, kind, created_at, q_value "
+                    "FROM chunks WHERE nid = 1")
+    else:
+        cols = [r[1] for r in con.execute("PRAGMA table_info(edges)")]
+        row = dict(zip(cols, con.execute("SELECT * FROM edges ORDER BY eid LIMIT 1").fetchone()))
+        src, dst = con.execute("SELECT MIN(nid), MAX(nid) FROM chunks").fetchone()
+        row.update(eid=None, id="foreign-edge", src=src, dst=dst)
+        del row["eid"]
+        con.execute(f"INSERT INTO edges ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("what", ["chunk", "edge"])
+@pytest.mark.parametrize("then_journal", [False, True])
+def test_rows_inserted_by_another_sqlite_client_are_noticed(tmp_path, what, then_journal):
+    """A plain sqlite3 client inserts a row without advancing the change counter — with the files
+    current, or followed by a causalmem write that the journal covers (the new row's id is then
+    below the journal's ids): the rows above the ids the files recorded do not match what the
+    journal names, so the views are rebuilt and the row is found (review finding R1)."""
     path = tmp_path / "m.db"
     _store(path)
     with Memory(path, embedder=None) as m:
-        m.record_decision("zebra decision", "zebra outcome")  # files one journal line behind
-    con = sqlite3.connect(path)
-    cols = [r[1] for r in con.execute("PRAGMA table_info(chunks)")]
-    row = dict(zip(cols, con.execute("SELECT * FROM chunks ORDER BY nid DESC LIMIT 1").fetchone()))
-    row.update(nid=row["nid"] + 1, id="foreign-chunk", text="okapi from another client", text_hash=1)
-    con.execute(f"INSERT INTO chunks ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
-    con.commit()
-    con.close()
+        m.search_causal("cache decision 3")  # every file saved, the graph's too
+    _foreign_insert(path, what)
+    if then_journal:
+        with Memory(path, embedder=None) as m:
+            m.record_decision("zebra decision", "zebra outcome")
     with Memory(path, embedder=None) as m:
-        assert "okapi from another client" in {h.text for h in m.search("okapi", reinforce=False)}
-        assert m._views.caught_up is None
-        _assert_same_as_rebuild(m)
+        if what == "chunk":
+            assert "okapi from another client" in {h.text for h in m.search("okapi", reinforce=False)}
+            assert m._views.caught_up is None and "lexical" not in m._views._file_seq
+            _assert_same_as_rebuild(m)
+        else:
+            m.search_causal("cache decision 3")
+            assert "projection" not in m._views._file_seq and m._projection.rebuilds == 1
+            ids = m._projection.graph.to_arrays()
+            assert ids  # rebuilt from the database: the foreign edge is in it
+            eid = m._store.query("SELECT eid FROM edges WHERE id = 'foreign-edge'")[0][0]
+            m._projection.graph._ordinal(eid)
 
 
 def test_a_session_that_searched_saves_its_graph_with_the_learned_links(tmp_path):

@@ -743,10 +743,19 @@ class SQLiteStore:
                                "WHERE eid IN ({ids})", [int(e) for e in eids])
         return sorted((r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in rows)
 
-    def max_nid(self) -> int:
-        """The highest chunk nid (-1 for none): one index lookup."""
-        value = self._one("SELECT MAX(nid) FROM chunks")
-        return -1 if value is None else int(value)
+    def row_tops(self) -> tuple[int, int]:
+        """(highest chunk nid, highest edge eid), -1 for none: two index lookups (what a saved index
+        file records, so a later open can count the rows it does not know)."""
+        with self._lock, self._snapshot():
+            row = self.conn.execute("SELECT (SELECT MAX(nid) FROM chunks), (SELECT MAX(eid) FROM edges)").fetchone()
+        return (-1 if row[0] is None else int(row[0]), -1 if row[1] is None else int(row[1]))
+
+    def rows_above(self, nid: int, eid: int) -> tuple[int, int]:
+        """(chunks with a nid above ``nid``, edges with an eid above ``eid``): range scans of the
+        rowid, as cheap as the number of such rows."""
+        row = self.query("SELECT (SELECT COUNT(*) FROM chunks WHERE nid > ?), "
+                         "(SELECT COUNT(*) FROM edges WHERE eid > ?)", (int(nid), int(eid)))[0]
+        return int(row[0]), int(row[1])
 
     def edge_ids(self, eids: Sequence[int]) -> dict[int, str]:
         return dict(self._select_in("SELECT eid, id FROM edges WHERE eid IN ({ids})", [int(e) for e in eids]))
