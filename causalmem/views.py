@@ -353,74 +353,76 @@ class Views:
         return value if value > 0 else None
 
     def _load_tables(self, seq: int | None) -> tuple[ChunkTable | None, BM25Index | None]:
-        """Chunk table and BM25 index from their sidecar files when those match ``seq``."""
+        """Chunk table and BM25 index from their sidecar files: each as saved when it matches
+        ``seq``, else caught up from the journal when the file is older and the journal has the
+        whole way (``_catch_up``); None for a view rebuilt from the database."""
         if self.sidecar_dir is None or seq is None:
             return None, None
-        table = index = None
-        snap = sidecar.load_arrays(self.sidecar_dir, "chunks", seq)
-        if snap is not None:
-            table = _guarded(lambda sn: ChunkTable.from_arrays(sn.arrays, sn.meta), snap)
-            if table is not None and not self._accounted(snap.meta, {}, max_nid=table.n - 1):
-                return None, None
-            if table is not None:
-                self._file_seq["chunks"] = seq
-        snap = sidecar.load_arrays(self.sidecar_dir, "lexical", seq)
-        if snap is not None:
-            index = _guarded(lambda sn: BM25Index.from_arrays(sn.arrays, sn.meta), snap)
-            if index is not None:
-                self._file_seq["lexical"] = seq
-        if table is None and index is None:
-            return self._catch_up_tables(seq)
+        rows: dict[int, Any] = {}  # chunk rows the journal names, read once for both views
+        table = self._load_view("chunks", seq, lambda sn: ChunkTable.from_arrays(sn.arrays, sn.meta), rows)
+        index = self._load_view("lexical", seq, lambda sn: BM25Index.from_arrays(sn.arrays, sn.meta), rows)
         return table, index
 
     def _catch_up_limit(self) -> int:
         """Most row ids a catch-up re-reads (beyond that a rebuild from the database is as cheap)."""
         return CATCH_UP_MAX_IDS
 
-    def _catch_up_tables(self, seq: int) -> tuple[ChunkTable | None, BM25Index | None]:
-        """Chunk table and BM25 index from files made at an earlier state, patched with the rows the
-        journal says changed since (``sidecar.read_chain``); (None, None) when there is no unbroken
-        chain, the files disagree, or the database has rows the chain does not account for (a
-        writer that did not advance the change counter)."""
+    def _load_view(self, kind: str, seq: int, build: Callable[[Any], Any], rows: dict[int, Any]) -> Any:
+        """One text view (``chunks`` or ``lexical``) from its file: at ``seq`` as it is; older, patched
+        with the rows the journal says changed since (``sidecar.read_chain``). None when there is no
+        file, no unbroken chain, or the database has rows neither the file nor the journal accounts
+        for (a writer that did not advance the change counter): the caller rebuilds."""
         directory = self.sidecar_dir
-        csnap = sidecar.load_latest(directory, "chunks")
-        if csnap is None:
-            return None, None
-        lsnap = sidecar.load_latest(directory, "lexical")
-        if lsnap is None or lsnap.change_seq != csnap.change_seq:
-            return None, None
-        base = csnap.change_seq
-        delta = sidecar.read_chain(directory, base, seq, max_ids=self._catch_up_limit())
-        if delta is None:
-            return None, None
-        table = _guarded(lambda sn: ChunkTable.from_arrays(sn.arrays, sn.meta), csnap)
-        index = _guarded(lambda sn: BM25Index.from_arrays(sn.arrays, sn.meta), lsnap)
-        if table is None or index is None:
-            return None, None
-        if not self._accounted(csnap.meta, delta, max_nid=table.n - 1):
-            return None, None
+        snap = sidecar.load_arrays(directory, kind, seq)
+        delta: dict[str, np.ndarray] = {}
+        if snap is None:
+            snap = sidecar.load_latest(directory, kind)
+            if snap is None:
+                return None
+            chain = sidecar.read_chain(directory, snap.change_seq, seq, max_ids=self._catch_up_limit())
+            if chain is None:
+                return None
+            delta = chain
+        view = _guarded(build, snap)
+        if view is None:
+            return None
+        if kind == "chunks":
+            top = view.n - 1
+        else:
+            ids = view.doc_ids()
+            top = int(ids.max()) if len(ids) else -1
+        if not self._accounted(snap.meta, delta, max_nid=top):
+            return None
         nids = np.union1d(np.union1d(delta.get("ci", _NO_IDS), delta.get("cu", _NO_IDS)), delta.get("ct", _NO_IDS))
-        rows = self.store.chunk_rows_by_nid(nids.tolist()) if len(nids) else {}
-        if rows:
-            table.load(_columns_of(rows))
-        retext = set(delta.get("ct", _NO_IDS).tolist())
-        fresh = []
-        for nid, row in sorted(rows.items()):
-            if row.valid_to is not None:
-                if nid in index:
-                    index.remove(nid)
-            elif nid not in index:
-                fresh.append((nid, row.text))
-            elif nid in retext:
-                index.update(nid, row.text)
-        if fresh:
-            index.add_many(fresh)
-        self._file_seq["chunks"] = self._file_seq["lexical"] = base
-        if len(nids):  # the files are behind the views by the journal's rows: never restamped
-            self._behind.update(("chunks", "lexical"))
-        self.caught_up = (base, int(sum(len(v) for v in delta.values())))
-        log.debug("causalmem: index files caught up from the journal (%d rows)", len(nids))
-        return table, index
+        want = [n for n in nids.tolist() if n not in rows]
+        if want:
+            rows.update(self.store.chunk_rows_by_nid(want))
+        mine = {n: rows[n] for n in nids.tolist() if n in rows}
+        if kind == "chunks":
+            if mine:
+                view.load(_columns_of(mine))
+        else:
+            retext = set(delta.get("ct", _NO_IDS).tolist())
+            fresh = []
+            for nid, row in sorted(mine.items()):
+                if row.valid_to is not None:
+                    if nid in view:
+                        view.remove(nid)
+                elif nid not in view:
+                    fresh.append((nid, row.text))
+                elif nid in retext:
+                    view.update(nid, row.text)
+            if fresh:
+                view.add_many(fresh)
+        self._file_seq[kind] = snap.change_seq
+        if snap.change_seq != seq:
+            if len(nids):  # the file is behind the view by the journal's rows: never restamped
+                self._behind.add(kind)
+            n_ids = int(sum(len(v) for v in delta.values()))
+            done = self.caught_up[1] if self.caught_up is not None else 0
+            self.caught_up = (snap.change_seq, max(done, n_ids))
+            log.debug("causalmem: %s file caught up from the journal (%d rows)", kind, len(nids))
+        return view
 
     def _accounted(self, meta: dict, delta: dict[str, np.ndarray], *, max_nid: int | None = None) -> bool:
         """Whether every chunk / edge row above the highest id a file recorded at its save (its meta
@@ -561,12 +563,10 @@ class Views:
                     state = get()
                     if state is None:
                         continue
-                    if kind in ("chunks", "projection") and hasattr(self.store, "row_tops"):
-                        top_nid, top_eid = self.store.row_tops()  # at seq (checked above): ``_accounted``
-                        if kind == "chunks":
-                            state[1]["max_nid"] = top_nid
-                        else:
-                            state[1]["max_eid"] = top_eid
+                    if hasattr(self.store, "row_tops"):  # at seq (checked above), for ``_accounted``
+                        top_nid, top_eid = self.store.row_tops()
+                        state[1]["max_eid" if kind == "projection" else "max_nid"] = \
+                            top_eid if kind == "projection" else top_nid
                     sidecar.save_arrays(directory, kind, seq, state[0], state[1])
                     self._file_seq[kind] = seq
                     self._dirty.discard(kind)
