@@ -517,8 +517,9 @@ class Views:
         ci = delta.get("ci", _NO_IDS)
         if len(ci):
             proj.n_nodes = max(proj.n_nodes, int(ci[-1]) + 1)
-        if len(ei) or len(ex) or len(cu):
-            proj.count_write(1)
+        # not counted as writes of this process: the lazy-rebuild rule (SPEC §2: 5 writes or 30 s)
+        # would otherwise rebuild the whole graph on a fresh reader's first query after one write
+        # elsewhere (seconds at 1M); the overlay is exact, and its size rule still folds it
         if proj.version != before:  # the file is behind by the journal's rows (not an own change)
             self._graph_saved = proj.version
             self._behind.add("projection")
