@@ -385,7 +385,10 @@ class AnnSegment:
         if exact or m <= exact_scope:
             return self._exact(q, top_k, ok, m)
         share = m / self.n_total
-        fetch = min(self.n_total, int(np.ceil(max(rescore, 4 * top_k) / share)))
+        # candidates to rescore: ``rescore``, and one in 1,250 of a big segment (800 at 1M: on 1M
+        # vectors recall@10 was 0.894 with 400 and 0.970 with 800, vector_index_targets_1000000_f32.md)
+        want = max(rescore, 4 * top_k, self.n_total // 1250)
+        fetch = min(self.n_total, int(np.ceil(want / share)))
         qbits = _bits(q, self.center)
         while True:
             self.index.expansion_search = max(expansion, fetch)
