@@ -9,8 +9,8 @@ and one work directory (what benchmarks/results/postgres.md was measured with)::
     eval "$(python tests/pg_cluster.py start --durable)"
     trap 'python tests/pg_cluster.py stop "$CAUSALMEM_TEST_PG_DIR"' EXIT
     export CAUSALMEM_BENCH_PG_DSN=$CAUSALMEM_TEST_PG_DSN
-    /work/coord/heavy python benchmarks/bench_postgres.py --phase build --workdir /tmp/pgbench
-    /work/coord/quiet python benchmarks/bench_postgres.py --phase time --workdir /tmp/pgbench
+    python benchmarks/bench_postgres.py --phase build --workdir /tmp/pgbench
+    python benchmarks/bench_postgres.py --phase time --workdir /tmp/pgbench
 
 Starts a throwaway PostgreSQL cluster (tests/pg_cluster.py: fsync on, synchronous_commit off, the
 durability class of SQLite's WAL + synchronous=NORMAL) unless ``CAUSALMEM_BENCH_PG_DSN`` names a
@@ -266,8 +266,8 @@ def main() -> None:
         server = cluster.dsn
     command = "python benchmarks/bench_postgres.py" + (" --quick" if args.quick else "")
     if args.phase != "all":
-        command = ("python benchmarks/bench_postgres.py --phase build --workdir W under /work/coord/heavy, then "
-                   "--phase time --workdir W under /work/coord/quiet, on one durable tests/pg_cluster.py server"
+        command = ("python benchmarks/bench_postgres.py --phase build --workdir W (other jobs allowed), then "
+                   "--phase time --workdir W timed alone on the machine, on one durable tests/pg_cluster.py server"
                    + (", --quick" if args.quick else ""))
     try:
         with tempfile.TemporaryDirectory() as tmp:

@@ -21,7 +21,7 @@ exists (the machine is shared; the ratio is the comparable number):
   by side with the code of ``--peer REV`` (exported with ``git archive``) in alternating rounds.
 
 The cold-start stores are kept in ``--stores DIR`` when given (built there once: run
-``--build-only`` under ``/work/coord/heavy``, then the timed run under ``/work/coord/quiet``).
+``--build-only`` with other jobs allowed, then the timed run alone on the machine).
 """
 from __future__ import annotations
 
