@@ -443,11 +443,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--configs", default="", help="comma-separated substrings selecting configurations")
     ap.add_argument("--grid", choices=("full", "none"), default="full", help="'none': shipped constants only")
     ap.add_argument("--no-reinforce-run", action="store_true", help="skip the reinforce=on runs")
+    ap.add_argument("--blend-vec-zero", action="store_true",
+                    help="add semantic weight 0 to the blend_vec axis of the grid (an ablation: may the folds drop "
+                    "the semantic channel?)")
     ap.add_argument("--json", type=Path, default=None, help="also write the summaries as JSON here")
     ap.add_argument("--config", default="", help="Config fields to override, e.g. 'hebbian_start=0,hebbian_step=0.1' "
                     "(an ablation of the learning rule; default: Config())")
     args = ap.parse_args(argv)
     cfg = parse_config(args.config)
+    if args.blend_vec_zero:
+        GRID_AXES["blend_vec"] = GRID_AXES["blend_vec"] + (0.0,)
     t0 = time.perf_counter()
     if not Path(args.data).is_file():  # never replace the committed table with empty rows
         print(f"locomo_retrieval: {args.data} not found (the eval data is read from ../shared/data "
