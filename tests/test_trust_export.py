@@ -62,6 +62,20 @@ def _apply(m: Memory, o, clock) -> None:
         m.sleep()
 
 
+def _same(got, want) -> bool:
+    """Equal, scores up to float32 rounding: A reopens with the graph it saved at close (learned
+    links in its overlay, summed as that process added them), B with a graph rebuilt from the
+    imported rows — the same weights summed in another order, equal to the last float32 digits
+    (the tolerance of tests/test_sidecar.py's comparison with a rebuilt graph)."""
+    if isinstance(got, float) and isinstance(want, float):
+        return got == pytest.approx(want, rel=1e-5, abs=1e-9)
+    if isinstance(got, (list, tuple)) and isinstance(want, (list, tuple)):
+        return type(got) is type(want) and len(got) == len(want) and all(map(_same, got, want))
+    if isinstance(got, dict) and isinstance(want, dict):
+        return got.keys() == want.keys() and all(_same(got[k], want[k]) for k in got)
+    return bool(got == want)
+
+
 def _answers(m: Memory, queries) -> dict:
     out = {}
     for q in queries:
@@ -101,7 +115,7 @@ def test_b_answers_every_query_as_a_did(ops, queries):
         with Memory(b_path, embedder=None, clock=lambda: clock[0]) as b:
             b.import_(dump)
             got = _answers(b, queries + [c.text for c in b.get_all(limit=5)])
-        assert got == want
+        assert _same(got, want), (got, want)
         # and the next sleep does the same thing to both (decay bookkeeping travelled too)
         clock[0] += 5 * 86400
         reps = []
