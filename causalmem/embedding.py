@@ -18,17 +18,15 @@ queue was seen empty after the call began; ``stop()`` ends the thread after its 
 """
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
-import weakref
 import time
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from .store.base import text_hash
-from .vector_index import decode_rows
+from .vector_index import decode_rows, stop_at_exit
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
@@ -41,17 +39,6 @@ logger = logging.getLogger("causalmem")
 Progress = Callable[[int, int], None]
 #: texts per encode call inside a batch (the worker checks for a stop between them)
 _SUB_BATCH = 64
-#: live workers, stopped at interpreter exit: a daemon thread killed inside a native encoder
-#: (onnxruntime, torch) aborts the process instead of exiting cleanly
-_WORKERS: "weakref.WeakSet[EmbeddingWorker]" = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_all_workers() -> None:
-    for worker in list(_WORKERS):
-        worker.stop(timeout=30)
-
-
 def _embed_batch(views: "Views", batch: list[tuple[int, str]], stopping: Callable[[], bool] = lambda: False) -> int:
     """Encode ``batch`` (no lock held) and store it; returns how many vectors were stored."""
     emb = views.embedder
@@ -158,7 +145,7 @@ class EmbeddingWorker:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.embedded = 0  # vectors stored by this worker
-        _WORKERS.add(self)
+        stop_at_exit(self, "worker")  # a thread killed inside a native encoder aborts the process
         self._timer: threading.Timer | None = None
         self._deferred: threading.Timer | None = None  # the start after a write (``kick_deferred``)
 

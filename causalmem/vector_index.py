@@ -1083,15 +1083,22 @@ FAST_STORE_READ = 30_000
 DIRECT_BUILD = 200_000
 
 
-#: live keepers, stopped at interpreter exit (a daemon thread killed inside usearch's native code
-#: can abort the process instead of exiting cleanly)
-_KEEPERS: "weakref.WeakSet[IndexKeeper]" = weakref.WeakSet()
+#: live background threads' owners (embedding workers, index keepers), stopped at interpreter exit:
+#: a daemon thread killed inside native code (usearch, onnxruntime, torch) can abort the process
+#: instead of exiting cleanly. Workers stop first: a worker's last batch feeds its keeper.
+_AT_EXIT: dict[str, "weakref.WeakSet[Any]"] = {"worker": weakref.WeakSet(), "keeper": weakref.WeakSet()}
+
+
+def stop_at_exit(owner: Any, kind: str) -> None:
+    """Have ``owner.stop(timeout=30)`` called at interpreter exit (``kind``: "worker" or "keeper")."""
+    _AT_EXIT[kind].add(owner)
 
 
 @atexit.register
-def _stop_all_keepers() -> None:
-    for keeper in list(_KEEPERS):
-        keeper.stop(timeout=30)
+def _stop_background_threads() -> None:
+    for kind in ("worker", "keeper"):
+        for owner in list(_AT_EXIT[kind]):
+            owner.stop(timeout=30)
 
 
 class IndexKeeper:
@@ -1109,7 +1116,7 @@ class IndexKeeper:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.loads = 0
-        _KEEPERS.add(self)
+        stop_at_exit(self, "keeper")
 
     def kick(self) -> None:
         with self._cond:
