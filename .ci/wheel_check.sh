@@ -86,6 +86,7 @@ if problems:
 PY
 
 step "fresh venv: torch==2.13.0 (CPU, local disk), then the repaired wheel with the test extra"
+# (the CPU build comes from the CI machine's pip find-links; see the torch note in .ci/run)
 "$PY" -m venv "$WORK/venv"
 V="$WORK/venv/bin"
 "$V/pip" install -q torch==2.13.0
