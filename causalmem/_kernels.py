@@ -41,8 +41,9 @@ validate_seeds = _impl.validate_seeds
 SpreadWorkspace = _impl.SpreadWorkspace
 coo_to_csr = _impl.coo_to_csr
 transpose_csr = _impl.transpose_csr
+links_among = _impl.links_among
 
 __all__ = [
     "HAVE_EXTENSION", "compiled", "reference", "spread", "spread_view", "GraphView",
-    "validate_seeds", "SpreadWorkspace", "coo_to_csr", "transpose_csr",
+    "validate_seeds", "SpreadWorkspace", "coo_to_csr", "transpose_csr", "links_among",
 ]

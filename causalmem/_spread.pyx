@@ -17,6 +17,7 @@ kernel computes re-emission by deltas (below), so the two agree within float32 r
 from libc.stdint cimport int64_t, int32_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 from libc.stdlib cimport malloc, calloc, free
+from libcpp.vector cimport vector
 from libc.math cimport fabsf, isfinite
 
 import numpy as np
@@ -1099,6 +1100,64 @@ def spread(indptr, indices, weights, seed_nodes, seed_energy, *, valid=None, inh
     overlay = _EMPTY_VIEW if extra is None else GraphView(*extra)
     return _run(graph, overlay, seed_nodes, seed_energy, decay, threshold, lo, hi, max_steps,
                 reemit, top_k, teleport, inhibit_multiplier, workspace)
+
+
+def links_among(GraphView graph, const int32_t[::1] nodes):
+    """Edges of ``graph`` joining two of ``nodes``: ``int64[M, 2]`` rows ``(k, j)`` with a valid
+    edge ``nodes[k] -> nodes[j]``, ``k != j`` (positions in ``nodes``), by ``k`` then CSR order.
+
+    Scans the out-rows of the given nodes once (O(sum of their out-degrees · log len(nodes))):
+    what the retrieval's seed colouring needs, without a Python loop per seed.  Nodes outside
+    the graph have no row; a target is matched by binary search in the sorted (node, position)
+    keys of ``nodes``, so duplicates in ``nodes`` each get their pair.
+    """
+    if graph is None:
+        raise TypeError("graph must be a GraphView")
+    cdef Py_ssize_t m = nodes.shape[0], k, lo, hi, mid, q
+    cdef const CSRView* g = &graph.v
+    cdef int64_t a, b, p
+    cdef int32_t t
+    cdef uint64_t key
+    cdef vector[uint64_t] keys
+    cdef vector[int64_t] out
+    for k in range(m):
+        if nodes[k] < 0:
+            raise ValueError(f"nodes must be >= 0, got {nodes[k]}")
+    with nogil:
+        keys.resize(m)
+        for k in range(m):
+            keys[k] = (<uint64_t><uint32_t>nodes[k] << 32) | <uint64_t>k
+        sort(keys.begin(), keys.end())
+        for k in range(m):
+            if not _row(g, nodes[k], &a, &b):
+                continue
+            for p in range(a, b):
+                if g.valid != NULL and not g.valid[p]:
+                    continue
+                t = g.indices[p]
+                if t < 0:
+                    continue
+                key = <uint64_t><uint32_t>t << 32
+                lo = 0
+                hi = m
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if keys[mid] < key:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                q = lo
+                while q < m and (keys[q] >> 32) == <uint64_t><uint32_t>t:
+                    if <Py_ssize_t>(keys[q] & 0xFFFFFFFFu) != k:
+                        out.push_back(k)
+                        out.push_back(<int64_t>(keys[q] & 0xFFFFFFFFu))
+                    q += 1
+    res = np.empty((out.size() // 2, 2), dtype=np.int64)
+    cdef int64_t[:, ::1] rv = res
+    for q in range(<Py_ssize_t>(out.size() // 2)):
+        rv[q, 0] = out[2 * q]
+        rv[q, 1] = out[2 * q + 1]
+    return res
 
 
 def coo_to_csr(Py_ssize_t n_nodes, const int32_t[::1] src, const int32_t[::1] dst,

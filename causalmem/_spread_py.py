@@ -174,6 +174,29 @@ def spread_view(graph, extra, seed_nodes, seed_energy, decay, threshold, lo, hi,
                   extra=None if extra is None else extra.arrays, workspace=workspace)
 
 
+def links_among(graph, nodes):
+    """Edges joining two of ``nodes``: int64[M, 2] rows (k, j) with a valid edge
+    nodes[k] -> nodes[j], k != j, by k then CSR order (see the compiled twin)."""
+    indptr, indices, _, valid, _ = graph.arrays
+    nodes = [int(x) for x in nodes]
+    if any(x < 0 for x in nodes):
+        raise ValueError(f"nodes must be >= 0, got {min(nodes)}")
+    where: dict[int, list[int]] = {}
+    for k, x in enumerate(nodes):
+        where.setdefault(x, []).append(k)
+    out = []
+    for k, x in enumerate(nodes):
+        if x >= len(indptr) - 1:
+            continue
+        for p in range(int(indptr[x]), int(indptr[x + 1])):
+            if valid is not None and not valid[p]:
+                continue
+            for j in where.get(int(indices[p]), ()):
+                if j != k:
+                    out.append((k, j))
+    return np.array(out, dtype=np.int64).reshape(-1, 2)
+
+
 def coo_to_csr(n_nodes, src, dst, weights, valid=None, inhibitory=None):
     """COO -> CSR, stable by (src, original position); see the compiled twin."""
     src = np.asarray(src)

@@ -122,6 +122,7 @@ class BM25Index:
         self.b = float(b)
         # vocabulary: term -> id, and surface word -> id (-1 = dropped) for the batch path
         self._term_id: dict[str, int] = {}
+        self._term_names: list[str] = []  # term id -> term (ids are given in insertion order)
         self._surface: _Surface | None = None  # ASCII word run (bytes) -> term id, batch path
         self._df = np.zeros(0, dtype=np.int64)  # live document frequency per term
         # slots
@@ -239,6 +240,7 @@ class BM25Index:
         self._term_id = dict(zip(terms, range(v)))
         if len(self._term_id) != v:
             return None
+        self._term_names = terms
         self._df = arrays["df"]
         self._slot_doc, self._slot_len = arrays["slot_doc"], arrays["slot_len"]
         self._slot_alive, self._slot_start = arrays["slot_alive"], arrays["slot_start"]
@@ -370,6 +372,7 @@ class BM25Index:
     def _new_term(self, tok: str) -> int:
         tid = len(self._term_id)
         self._term_id[tok] = tid
+        self._term_names.append(tok)
         self._df = _grow(self._df, tid + 1, 0)
         return tid
 
@@ -784,6 +787,22 @@ class BM25Index:
             ok &= inside
             ok[inside] &= allowed[docs[inside]]
         return ok
+
+    def doc_terms(self, doc_ids: Sequence[int]) -> list[list[str] | None]:
+        """The distinct terms of each doc, from the forward index (what ``set(tokenizer.tokenize(text))``
+        gives for its text, in first-occurrence order; no re-tokenizing); None for a doc not indexed."""
+        names = self._term_names
+        out: list[list[str] | None] = []
+        n = self._doc_slot.shape[0]
+        for d in doc_ids:
+            d = int(d)
+            slot = int(self._doc_slot[d]) if 0 <= d < n else -1
+            if slot < 0:
+                out.append(None)
+                continue
+            s = int(self._slot_start[slot])
+            out.append([names[t] for t in self._fwd_term[s:s + int(self._slot_nterms[slot])].tolist()])
+        return out
 
     def document_frequency(self, term: str) -> int:
         """Live documents containing ``term`` (a token as the tokenizer produces it); 0 if unknown."""

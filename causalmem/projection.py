@@ -332,6 +332,18 @@ class Projection:
         csr = graph.reverse if reverse else graph.forward
         return csr.spread(seed_nodes, seed_energy, extra=ex, **params)
 
+    def links_among(self, nodes: np.ndarray) -> np.ndarray:
+        """Edges joining two of ``nodes`` in the forward graph or its overlay (co-occurrence
+        links and invalidated edges as ``spread`` sees them): ``int64[M, 2]`` position pairs
+        ``(k, j)``, ``k != j``, base graph first (see ``CSR.links_among``)."""
+        graph, extra = self.current()
+        pairs = graph.forward.links_among(nodes)
+        if extra is not None:
+            more = extra[0].links_among(nodes)
+            if len(more):
+                pairs = np.concatenate([pairs, more]) if len(pairs) else more
+        return pairs
+
 
 def build_graph(data: dict[str, Any]) -> CausalGraph:
     """CausalGraph over nid indices from the store's projection arrays."""

@@ -340,7 +340,7 @@ def _graph_bonus(views: Views, table, seed_ids: np.ndarray, seed_energy: np.ndar
             idx = seed_ids[sel]
             nodes, en = views.projection.spread(idx, energy[sel], reverse=reverse, params=kw)
             nodes = nodes.astype(np.int64)
-            keep = (nodes < len(mask)) & ~np.isin(nodes, idx)
+            keep = (nodes < len(mask)) & ~_member(np.sort(idx), nodes)
             keep[keep] = mask[nodes[keep]]
             got_ids.append(nodes[keep])
             got_val.append(en[keep].astype(np.float64) * (weight * e_max / hi))
@@ -355,31 +355,43 @@ def _graph_bonus(views: Views, table, seed_ids: np.ndarray, seed_energy: np.ndar
     return keys, np.clip(val, -p.graph_cap * e_max, p.graph_cap * e_max)
 
 
+def _member(sorted_keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``np.isin(ids, sorted_keys)`` for ascending ``sorted_keys`` (a binary search: the
+    per-query arrays are small, where ``np.isin``'s set-up costs more than the search)."""
+    if not len(sorted_keys) or not len(ids):
+        return np.zeros(len(ids), dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_keys, ids), len(sorted_keys) - 1)
+    return sorted_keys[pos] == ids
+
+
 def _second_pass(views: Views, lexical, query: str, mask: np.ndarray, nids: np.ndarray, scores: np.ndarray,
                  lex_ids: np.ndarray, depth: int, p: RetrievalParams) -> tuple[np.ndarray, np.ndarray]:
     """Pseudo-relevance feedback (see ``RetrievalParams.prf_terms``): the fused scores of the
     candidates with the second BM25 pass added. The feedback comes from the best hits that share a word with
     the query (a neighbour the graph brought in is no evidence of what the query means)."""
     order = np.lexsort((nids, -scores))
-    matched = np.isin(nids[order], lex_ids)
+    matched = _member(np.sort(lex_ids), nids[order])
     top = order[matched][: p.prf_docs]
     if not len(top):
         return nids, scores
-    texts = [t for _, t in views.store.texts_of(nids[top].tolist())]
     tok = lexical.tokenizer
+    # the best hits' distinct words from the lexical index's forward lists (they are lexical hits,
+    # so indexed); the store's text, tokenized, only for one the index does not have
+    words = lexical.doc_terms(nids[top].tolist())
+    missing = [int(n) for n, w in zip(nids[top].tolist(), words) if w is None]
+    if missing:
+        words = [w for w in words if w is not None]
+        words += [list(set(tok.tokenize(t))) for _, t in views.store.texts_of(missing)]
     q = set(tok.tokenize(query))
     tf: dict[str, int] = {}
-    for t in texts:
-        for w in set(tok.tokenize(t)):
+    for ws in words:
+        for w in ws:
             if w not in q:
                 tf[w] = tf.get(w, 0) + 1
     n = max(lexical.n_docs, 1)
-
-    def idf(w: str) -> float:
-        df = lexical.document_frequency(w)
-        return math.log(1 + (n - df + 0.5) / (df + 0.5))
-
-    terms = sorted(tf, key=lambda w: (-tf[w] * idf(w), w))[: p.prf_terms]
+    weight = {w: c * math.log(1 + (n - (df := lexical.document_frequency(w)) + 0.5) / (df + 0.5))
+              for w, c in tf.items()}
+    terms = sorted(tf, key=lambda w: (-weight[w], w))[: p.prf_terms]
     if not terms:
         return nids, scores
     e_ids, e_sc = lexical.search(terms, top_k=depth, allowed=mask)
@@ -387,10 +399,11 @@ def _second_pass(views: Views, lexical, query: str, mask: np.ndarray, nids: np.n
         return nids, scores
     add = p.prf_weight * float(scores.max()) * e_sc.astype(np.float64) / float(e_sc[0])
     # re-scores the first pass's candidates only: bringing in new ones measured the same on LoCoMo-dev
-    keep = np.isin(e_ids, nids)
-    e_ids, add = e_ids[keep], add[keep]
     order = np.argsort(nids)
-    pos = order[np.searchsorted(nids[order], e_ids)]
+    sorted_nids = nids[order]
+    keep = _member(sorted_nids, e_ids)
+    e_ids, add = e_ids[keep], add[keep]
+    pos = order[np.searchsorted(sorted_nids, e_ids)]
     scores = scores.copy()
     scores[pos] += add
     return nids, scores
@@ -398,25 +411,15 @@ def _second_pass(views: Views, lexical, query: str, mask: np.ndarray, nids: np.n
 
 def _seed_colours(views: Views, seed_ids: np.ndarray) -> np.ndarray:
     """Greedy colouring of the seeds (in the given order) so that no edge joins two seeds of one colour."""
-    graph, extra = views.projection.current()
-    parts = [graph.forward] + ([extra[0]] if extra is not None else [])
-    pos = {int(n): k for k, n in enumerate(seed_ids.tolist())}
+    pairs = views.projection.links_among(seed_ids)  # compiled: one pass over the seeds' rows
+    colour = np.zeros(len(seed_ids), dtype=np.int64)
+    if not len(pairs):
+        return colour
     adj: list[set[int]] = [set() for _ in range(len(seed_ids))]
-    for csr in parts:
-        ip, ix, valid = csr.indptr, csr.indices, csr.valid
-        for k, n in enumerate(seed_ids.tolist()):
-            if n >= len(ip) - 1:
-                continue
-            row = ix[ip[n]:ip[n + 1]]
-            hit = np.isin(row, seed_ids)
-            if valid is not None:
-                hit &= valid[ip[n]:ip[n + 1]].astype(bool)
-            for m in row[hit].tolist():
-                j = pos[int(m)]
-                if j != k:
-                    adj[k].add(j)
-                    adj[j].add(k)
-    colour = np.full(len(seed_ids), -1, dtype=np.int64)
+    for k, j in pairs.tolist():
+        adj[k].add(j)
+        adj[j].add(k)
+    colour[:] = -1
     for k in range(len(seed_ids)):
         used = {int(colour[j]) for j in adj[k]}
         c = 0

@@ -393,6 +393,19 @@ class CSR:
                 self._pool.append(ws)
         return out[0], out[1], scanned
 
+    def links_among(self, nodes: Any) -> np.ndarray:
+        """Valid edges of this graph joining two of ``nodes``: ``int64[M, 2]`` rows ``(k, j)``
+        (positions in ``nodes``, ``k != j``) with an edge ``nodes[k] -> nodes[j]``, by ``k``
+        then CSR order.  ``nodes`` are non-negative integers; one beyond the graph has no
+        edges.  Costs the out-degrees of ``nodes`` (compiled), never O(N) or O(E)."""
+        arr = _int_array("nodes", nodes)
+        if arr.size and (arr.min() < 0 or arr.max() > _INT32_MAX):
+            bad = arr.min() if arr.min() < 0 else arr.max()
+            raise ValueError(f"nodes must be in [0, {_INT32_MAX}], found {int(bad)}")
+        if arr.size == 0:
+            return np.zeros((0, 2), dtype=np.int64)
+        return _kernels.links_among(self._view(), np.ascontiguousarray(arr, dtype=np.int32))
+
 
 def _check_seeds(seed_nodes: Any, seed_energy: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
     if (type(seed_nodes) is np.ndarray and type(seed_energy) is np.ndarray
