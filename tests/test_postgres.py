@@ -45,7 +45,7 @@ def test_a_dsn_selects_postgres_and_a_path_keeps_sqlite(pg_dsn, tmp_path):
         assert isinstance(mem._store, PostgresStore)
         mem.record_decision("deploy without tests", "production crash")
         assert [a.text for a in mem.search_causal("deploy without tests")] == ["production crash"]
-        assert mem.stats()["schema_version"] == 3
+        assert mem.stats()["schema_version"] == 4
     if os.environ.get("CAUSALMEM_TEST_BACKEND") != "postgres":  # that run maps every path to PostgreSQL
         assert isinstance(open_store(tmp_path / "m.db"), SQLiteStore)
         assert isinstance(open_store(":memory:"), SQLiteStore)
@@ -94,10 +94,11 @@ def _indexes(conn, schema: str) -> dict[str, str]:
     return dict(conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s", (schema,)).fetchall())
 
 
-def test_a_schema_2_memory_is_migrated_to_3_in_place(pg_dsn):
+def test_a_schema_2_memory_is_migrated_to_4_in_place(pg_dsn):
     """A memory written at schema 2 (built here with schema 2's own SQL, rows logged by its
-    triggers) is brought to 3 at the next open: the session index partial, edges_src gone, the
-    superseded-edge indexes there, the change log one row per statement; the rows kept."""
+    triggers) is brought to 4 at the next open: (3) the session index partial, edges_src gone, the
+    superseded-edge indexes there, the change log one row per statement; (4) the reuse index on the
+    text hash alone, the edges' foreign keys replaced by statement-level checks; the rows kept."""
     from causalmem.store import postgres as pg
 
     conn, schema = _admin(pg_dsn)
@@ -123,7 +124,7 @@ def test_a_schema_2_memory_is_migrated_to_3_in_place(pg_dsn):
         assert conn.execute("SELECT COUNT(*) FROM changes").fetchone()[0] == 7  # schema 2: one row per key
         assert "edges_src" in _indexes(conn, schema)
         with Memory(pg_dsn, embedder=None) as mem:
-            assert mem.stats()["schema_version"] == 3
+            assert mem.stats()["schema_version"] == 4
             assert [a.text for a in mem.search_causal("shard the queue")][:1] == ["latency halved"]
             assert mem.search_causal("cache the token")[0].superseded_by == "c2"
             mem.record_many([(f"decision {i}", f"outcome {i}") for i in range(50)])
@@ -132,6 +133,12 @@ def test_a_schema_2_memory_is_migrated_to_3_in_place(pg_dsn):
         assert "WHERE (session_id IS NOT NULL)" in idx["chunks_session"]
         assert "superseded_by IS NOT NULL" in idx["edges_superseded"]
         assert "invalidates" in idx["edges_superseding"]
+        # schema 4: the reuse index on the hash alone, the edges' ends checked by statement triggers
+        assert idx["chunks_reuse"].endswith("(text_hash)")
+        assert conn.execute("SELECT COUNT(*) FROM pg_constraint WHERE conrelid = 'edges'::regclass "
+                            "AND contype = 'f'").fetchone()[0] == 0
+        triggers = {r[0] for r in conn.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal").fetchall()}
+        assert {"edges_ends_i", "edges_ends_u", "chunks_referenced_d", "chunks_referenced_u"} <= triggers
         # the batch of 100 chunks and 50 edges: one log row per statement and kind
         assert conn.execute("SELECT kind, cardinality(keys) FROM changes ORDER BY kind").fetchall() == \
             [("ci", 100), ("ei", 50)]
@@ -465,3 +472,97 @@ def test_catch_up_patches_the_views_from_the_change_log(pg_dsn):
     finally:
         a.close()
         b.close()
+
+
+def test_bulk_writes_keep_every_character(pg_dsn):
+    """record_many sends its rows as ready COPY text: backslashes, tabs, newlines, carriage returns,
+    quotes, non-ASCII and JSON escapes in texts, scopes and metadata come back exactly, and a
+    batch read back equals one written row by row."""
+    texts = ["a\\b", "tab\there", "line\nbreak", "cr\rlf\r\n", "\\N", "'q' \"qq\"", "ünï ✓ 中文 🙂", "\\t\\n literal",
+             "trailing backslash \\"]
+    items = [{"decision": f"do {t}", "outcome": f"got {t}", "user_id": f"u\t{i}\\", "task_tag": f"tag\n{i}",
+              "confidence": 0.123456789012345, "event_time": 1.5e9 + i / 3}
+             for i, t in enumerate(texts)]
+    with Memory(pg_dsn, embedder=None) as mem:
+        edges = mem.record_many(items)
+        by_text = {c.text: c for c in mem.get_all(limit=1000)}
+        for i, t in enumerate(texts):
+            for text in (f"do {t}", f"got {t}"):
+                assert text in by_text, text
+                assert by_text[text].user_id == f"u\t{i}\\"
+        rows = mem._store.query("SELECT e.task_tag, e.confidence, e.event_time, s.text, d.text FROM edges e "
+                                "JOIN chunks s ON s.nid = e.src JOIN chunks d ON d.nid = e.dst ORDER BY e.eid")
+        assert [(r[3], r[4]) for r in rows] == [(f"do {t}", f"got {t}") for t in texts]
+        assert [r[0] for r in rows] == [f"tag\n{i}" for i in range(len(texts))]
+        assert [r[1] for r in rows] == [0.123456789012345] * len(texts)
+        assert [r[2] for r in rows] == [1.5e9 + i / 3 for i in range(len(texts))]
+        assert [e.src for e in edges] == [by_text[f"do {t}"].id for t in texts]
+        # the same texts again reuse the chunks (the text hash written by COPY matches)
+        again = mem.record_many(items)
+        assert [e.id for e in again] == [e.id for e in edges]
+        meta = {"k": "a\\b\t\n\r\"", "n": 1.5, "u": "ünï"}
+        turns = mem.add([{"role": "user", "content": "hi\tthere\\"}, {"role": "assistant", "content": "ok\n"}],
+                        session_id="s\t1", metadata=meta)
+        got = mem.get_all(session_id="s\t1")
+        assert [c.text for c in got] == [c.text for c in turns]
+        assert got[0].text.endswith("hi\tthere\\") and got[1].text.endswith("ok\n")
+        assert all({k: c.metadata[k] for k in meta} == meta for c in got)
+
+
+def test_edge_ends_are_checked_as_a_foreign_key_would(pg_dsn):
+    """Schema 4 checks an edge's ends once per statement instead of per row: an edge naming no
+    chunk is refused, a chunk an edge names cannot be deleted, and the race a foreign key's row
+    lock prevents is prevented too: a delete of an edge's end waits for the inserting transaction
+    and then fails; an insert naming a chunk another transaction is deleting waits and then fails."""
+    with Memory(pg_dsn, embedder=None) as mem:
+        mem.record_many([("a1", "b1"), ("a2", "b2")])
+        mem.add([{"role": "user", "content": "lonely chunk"}])  # one turn: a chunk no edge names
+    conn, schema = _admin(pg_dsn)
+    other = psycopg.connect(split_dsn(pg_dsn)[0], autocommit=True)
+    with conn, other:
+        for c in (conn, other):
+            c.execute(f"SET search_path TO {schema}")
+        nid = dict(conn.execute("SELECT text, nid FROM chunks WHERE kind <> 'turn'").fetchall())
+        nid["lonely chunk"] = conn.execute("SELECT nid FROM chunks WHERE kind = 'turn'").fetchone()[0]
+        top = conn.execute("SELECT MAX(eid) FROM edges").fetchone()[0]
+        insert = ("INSERT INTO edges (eid, id, src, dst, relation, rel_code, confidence, source, discovered_at) "
+                  "VALUES (%s, %s, %s, %s, 'caused', 1, 0.5, 'rule', 1.0)")
+        with pytest.raises(psycopg.errors.ForeignKeyViolation):
+            conn.execute(insert, (top + 1, "x1", nid["a1"], 10 ** 9))
+        with pytest.raises(psycopg.errors.ForeignKeyViolation):
+            conn.execute("DELETE FROM chunks WHERE nid = %s", (nid["b1"],))
+        with pytest.raises(psycopg.errors.ForeignKeyViolation):
+            conn.execute("UPDATE edges SET dst = %s WHERE dst = %s", (10 ** 9, nid["b1"]))
+        assert conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 5  # nothing was changed
+
+        def in_thread(fn):
+            box: list = []
+            t = threading.Thread(target=lambda: box.append(_outcome(fn)))
+            t.start()
+            return t, box
+
+        def _outcome(fn):
+            try:
+                fn()
+                return "ok"
+            except psycopg.Error as exc:
+                return type(exc).__name__
+
+        # 1. an insert names an existing chunk; a delete of it waits for that transaction, then fails
+        with conn.transaction():
+            conn.execute(insert, (top + 2, "x2", nid["lonely chunk"], nid["a2"]))
+            t, box = in_thread(lambda: other.execute("DELETE FROM chunks WHERE nid = %s", (nid["lonely chunk"],)))
+            t.join(0.5)
+            assert t.is_alive()  # waits on the row lock the check took
+        t.join(10)
+        assert box == ["ForeignKeyViolation"]
+        # 2. a delete is under way; an insert naming that chunk waits for it, then fails
+        conn.execute("DELETE FROM edges WHERE eid = %s", (top + 2,))
+        with other.transaction():
+            other.execute("DELETE FROM chunks WHERE nid = %s", (nid["lonely chunk"],))
+            t, box = in_thread(lambda: conn.execute(insert, (top + 3, "x3", nid["lonely chunk"], nid["a2"])))
+            t.join(0.5)
+            assert t.is_alive()
+        t.join(10)
+        assert box == ["ForeignKeyViolation"]
+        assert conn.execute("SELECT COUNT(*) FROM edges WHERE eid > %s", (top,)).fetchone()[0] == 0

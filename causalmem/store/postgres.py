@@ -72,8 +72,9 @@ R = TypeVar("R")
 
 __all__ = ["PostgresStore", "RetryableStoreError", "SCHEMA_VERSION", "MIGRATIONS", "is_dsn", "DEFAULT_SCHEMA"]
 
-#: the same logical schema versions as the SQLite backend (an export names one number for both)
-SCHEMA_VERSION = 3
+#: schemas 1-3 are the SQLite backend's; 4 changes only PostgreSQL's physical layout (see ``_V4``),
+#: the rows and their meaning are those of SQLite's schema 3
+SCHEMA_VERSION = 4
 DEFAULT_SCHEMA = "causalmem"
 #: first key of the two-key advisory locks ("CMem")
 LOCK_NAMESPACE = 0x434D656D
@@ -118,6 +119,84 @@ _LOG_V3 = """
             RETURN NULL;
         END $f$;""" for table, key in (("chunks", "nid"), ("edges", "eid"), ("cooccurrence", "a"),
                                       ("embeddings", "nid")))
+# Schema 4 (PostgreSQL only; the logical content is SQLite's schema 3):
+# * an edge's two ends are checked once per statement instead of by a foreign key's per-row trigger
+#   (a lookup and a row lock per end, ~2/3 of a bulk edge insert's server time): the inserted ends
+#   must all be chunks, and those not inserted by this transaction are locked FOR KEY SHARE, as the
+#   foreign key locks them, so a concurrent delete of an end waits for this transaction and then
+#   fails its own check; deleting (or renumbering) a chunk an edge still names is refused. The
+#   same integrity as the foreign key, for every client of the database, in one query per insert
+#   statement (updates of src/dst or of a chunk's nid, which causalmem never makes, per row).
+# * the exact-text reuse index holds the text hash alone (the scope is checked on the few rows a
+#   hash finds): a smaller entry per chunk in the one index whose inserts land in random order.
+_V4 = """
+        ALTER TABLE edges DROP CONSTRAINT IF EXISTS edges_src_fkey;
+        ALTER TABLE edges DROP CONSTRAINT IF EXISTS edges_dst_fkey;
+        CREATE FUNCTION check_edge_ends() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT
+        SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off AS $f$
+        DECLARE
+            wanted BIGINT;
+            found BIGINT;
+            locked BIGINT;
+        BEGIN
+            -- ends inserted (or last updated) by this transaction are invisible to, or locked
+            -- against, every other one: no lock needed; the others are locked as a foreign key would.
+            -- One index probe per end (the settings above): never a scan of the chunks
+            SELECT COUNT(*), COUNT(c.nid) FILTER (WHERE c.xmin = pg_current_xact_id()::xid) INTO wanted, found
+            FROM (SELECT src AS nid FROM new_edges UNION SELECT dst FROM new_edges) e
+            LEFT JOIN chunks c ON c.nid = e.nid;
+            IF found < wanted THEN
+                SELECT COUNT(*) INTO locked FROM (
+                    SELECT 1 FROM chunks c JOIN (SELECT src AS nid FROM new_edges UNION SELECT dst FROM new_edges) e
+                    ON c.nid = e.nid WHERE c.xmin <> pg_current_xact_id()::xid FOR KEY SHARE OF c) f;
+                found := found + locked;
+            END IF;
+            IF found <> wanted THEN
+                RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
+                    MESSAGE = 'an edge names a chunk that does not exist (edges.src/dst -> chunks.nid)';
+            END IF;
+            RETURN NULL;
+        END $f$;
+        CREATE TRIGGER edges_ends_i AFTER INSERT ON edges REFERENCING NEW TABLE AS new_edges
+            FOR EACH STATEMENT EXECUTE FUNCTION check_edge_ends();
+        CREATE FUNCTION check_edge_ends_moved() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $f$
+        BEGIN
+            IF (SELECT COUNT(*) FROM (SELECT 1 FROM chunks c WHERE c.nid IN (NEW.src, NEW.dst) FOR KEY SHARE) f)
+               <> (CASE WHEN NEW.src = NEW.dst THEN 1 ELSE 2 END) THEN
+                RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
+                    MESSAGE = 'an edge names a chunk that does not exist (edges.src/dst -> chunks.nid)';
+            END IF;
+            RETURN NEW;
+        END $f$;
+        CREATE TRIGGER edges_ends_u BEFORE UPDATE OF src, dst ON edges
+            FOR EACH ROW EXECUTE FUNCTION check_edge_ends_moved();
+        CREATE FUNCTION check_chunk_unreferenced() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT
+        SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off AS $f$
+        BEGIN
+            IF EXISTS (SELECT 1 FROM old_chunks o JOIN edges e ON e.src = o.nid
+                       WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.nid = o.nid))
+               OR EXISTS (SELECT 1 FROM old_chunks o JOIN edges e ON e.dst = o.nid
+                          WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.nid = o.nid)) THEN
+                RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
+                    MESSAGE = 'a chunk that an edge still names cannot be deleted (edges.src/dst -> chunks.nid)';
+            END IF;
+            RETURN NULL;
+        END $f$;
+        CREATE TRIGGER chunks_referenced_d AFTER DELETE ON chunks REFERENCING OLD TABLE AS old_chunks
+            FOR EACH STATEMENT EXECUTE FUNCTION check_chunk_unreferenced();
+        CREATE FUNCTION check_chunk_renumbered() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $f$
+        BEGIN
+            IF NEW.nid <> OLD.nid AND EXISTS (SELECT 1 FROM edges e WHERE e.src = OLD.nid OR e.dst = OLD.nid) THEN
+                RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
+                    MESSAGE = 'a chunk that an edge still names cannot be renumbered (edges.src/dst -> chunks.nid)';
+            END IF;
+            RETURN NEW;
+        END $f$;
+        CREATE TRIGGER chunks_referenced_u BEFORE UPDATE OF nid ON chunks
+            FOR EACH ROW EXECUTE FUNCTION check_chunk_renumbered();
+        DROP INDEX IF EXISTS chunks_reuse;
+        CREATE INDEX chunks_reuse ON chunks(text_hash);
+"""
 #: change-log rows older than this many transactions are pruned (a host further behind re-reads all)
 LOG_KEEP = 4096
 
@@ -244,6 +323,10 @@ MIGRATIONS: list[tuple[str, str]] = [
             WHERE valid_to IS NULL AND subtype IN ('invalidates', 'supersedes');
         """ + _LOG_V3,
     ),
+    (
+        "edge ends checked per statement, a text-hash-only reuse index",
+        _V4,
+    ),
 ]
 OWN_TABLES = frozenset({"chunks", "edges", "cooccurrence", "facts", "embeddings", "chunk_history", "meta",
                         "changes", "causalmem_state"})
@@ -258,6 +341,7 @@ INSERT_COLS = ("nid, id, text, text_hash, kind, created_at, event_time, q_value,
                "run_id, session_id, metadata")
 _META_UPSERT = "INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
 _SCOPE = "user_id IS NOT DISTINCT FROM %s AND agent_id IS NOT DISTINCT FROM %s AND run_id IS NOT DISTINCT FROM %s"
+
 
 
 _SLEEP_EDGE_SELECT = sleep_edge_select("({})::int")
@@ -309,6 +393,46 @@ def _superseded_of(rows: Iterable[Sequence[Any]]) -> dict[int, str]:
     for nid, by in rows:
         out.setdefault(int(nid), by)
     return out
+
+
+def _ct(v: str | None) -> str:
+    """A text field in COPY's text format: backslash, tab, newline and carriage return escaped
+    (``str.replace``, only when one occurs), NULL as ``\\N``."""
+    if v is None:
+        return "\\N"
+    if "\\" in v or "\t" in v or "\n" in v or "\r" in v:
+        return v.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return v
+
+
+def _cf(v: float | None) -> str:
+    return "\\N" if v is None else repr(float(v))
+
+
+def _chunk_copy_text(values: Sequence[tuple]) -> bytes:
+    """Chunk rows (``INSERT_COLS`` order) as COPY text, formatted in one pass."""
+    return "".join([
+        f"{int(nid)}\t{_ct(cid)}\t{_ct(text)}\t{int(h)}\t{_ct(kind)}\t{float(created)!r}\t{_cf(et)}\t{float(q)!r}\t"
+        f"{float(imp)!r}\t{_ct(u)}\t{_ct(a)}\t{_ct(r)}\t{_ct(sess)}\t{_ct(meta)}\n"
+        for nid, cid, text, h, kind, created, et, q, imp, u, a, r, sess, meta in values]).encode()
+
+
+#: the columns ``insert_edges_bulk`` sets, in ``_edge_copy_text`` order
+EDGE_INSERT_COLS = ("eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, polarity_origin, "
+                    "task_tag, event_time, discovered_at")
+
+
+def _edge_copy_text(base: int, ids: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> bytes:
+    """Edge rows for ``insert_edges_bulk`` as COPY text (``EDGE_INSERT_COLS``), formatted in one pass."""
+    out = []
+    for i, r in enumerate(rows):
+        rel, pol = r["relation"], r.get("polarity")
+        origin = r.get("polarity_origin") or ("unknown" if pol is None else "given")
+        out.append(f"{base + 1 + i}\t{_ct(ids[i])}\t{int(r['src'])}\t{int(r['dst'])}\t{_ct(rel.value)}\t"
+                   f"{int(rel.code)}\t{_ct(r.get('subtype'))}\t{float(r['confidence'])!r}\t{_ct(r['source'])}\t"
+                   f"{_ct(pol)}\t{_ct(origin)}\t{_ct(r.get('task_tag'))}\t{_cf(r.get('event_time'))}\t"
+                   f"{float(r['discovered_at'])!r}\n")
+    return "".join(out).encode()
 
 
 def _int_array(values: Iterable[int]) -> str:
@@ -451,6 +575,13 @@ class PostgresStore:
         self._tx_changes: dict[str, list[int]] | None = None  # the committing transaction's change-log keys
         self._prefetched: tuple[int, dict[int, tuple], int] | None = None  # see foreign_changes
         self._staged: list[tuple] = []  # chunks inserted by the open transaction (as the row cache keeps them)
+        self._pending: list[tuple[threading.Thread, list[BaseException]]] = []  # deferred COPYs (_copy_in)
+        # the open write transaction's next free keys (read once under the writer lock, then counted
+        # here), the chunks it inserted and the ends of the edges it inserted (None: not known): a
+        # chunk inserted by this transaction has no edge but those, so no lookup for it is needed
+        self._tx_keys: dict[str, int] = {}
+        self._tx_new: set[int] = set()
+        self._tx_ends: set[int] | None = set()
         try:
             self.conn: Any = psycopg.connect(conninfo, autocommit=True, connect_timeout=max(1, int(connect_timeout_s)),
                                         application_name="causalmem")
@@ -594,7 +725,8 @@ class PostgresStore:
                 self._depth += 1
                 try:
                     with self.conn.transaction():
-                        yield self.conn
+                        with self._settled():
+                            yield self.conn
                 except psycopg.Error as exc:
                     raise self._store_error(exc) from exc
                 finally:
@@ -602,12 +734,14 @@ class PostgresStore:
                 return
             self.committed_seq = None
             self._staged, self._tx_changes = [], None
+            self._tx_keys, self._tx_new, self._tx_ends = {}, set(), set()
             try:
                 with self.conn.transaction():
                     self._begin_write(wait)
                     self._depth = 1
                     try:
-                        yield self.conn
+                        with self._settled():
+                            yield self.conn
                     finally:
                         self._depth = 0
                     seq = self._end_write()
@@ -615,6 +749,33 @@ class PostgresStore:
                 raise self._store_error(exc) from exc
             if seq is not None:
                 self._committed(seq)
+
+    @contextlib.contextmanager
+    def _settled(self) -> Iterator[None]:
+        """Around a transaction's body: the deferred COPYs it started are finished when it ends, and
+        the first one that failed is what the caller sees (the statements after it only failed
+        because the transaction was already aborted)."""
+        try:
+            yield
+        except BaseException as exc:
+            first = self._settle(quiet=True)
+            if first is not None and isinstance(exc, (psycopg.Error, StoreError)):
+                raise first from exc
+            raise
+        self._settle()
+
+    def _settle(self, *, quiet: bool = False) -> BaseException | None:
+        """Wait for the deferred COPYs (``_copy_in(defer=True)``); raise the first one's error
+        (``quiet``: return it)."""
+        pending, self._pending = self._pending, []
+        first = None
+        for thread, box in pending:
+            thread.join()
+            if box and first is None:
+                first = box[0]
+        if first is not None and not quiet:
+            raise first
+        return first
 
     def _begin_write(self, wait: bool) -> None:
         """Take the writer lock (waiting at most the busy timeout), then name the change-sequence
@@ -711,18 +872,24 @@ class PostgresStore:
         with self._lock:
             self._ensure_open()
             try:
+                if self._pending:
+                    self._settle()
                 return self.conn.execute(sql, params if params else None).fetchall()
             except psycopg.Error as exc:
                 raise self._store_error(exc) from exc
 
     def _x(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         """Execute a write statement (inside the caller's transaction); returns the cursor."""
+        if self._pending:
+            self._settle()
         return self.conn.execute(sql, params if params else None)
 
     def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
         rows = list(rows)
         if not rows:
             return 0
+        if self._pending:
+            self._settle()
         with self.conn.cursor() as cur:
             cur.executemany(sql, rows)
             return max(cur.rowcount, 0)
@@ -1039,12 +1206,34 @@ class PostgresStore:
         return np.fromiter(rows, dtype=CHUNK_DTYPE, count=len(rows))
 
     # ------------------------------------------------------------------ chunks: writes
-    def _next_key(self, table: str, column: str) -> int:
-        """MAX + 1, above every purged key too (under the writer lock: no race)."""
-        return int(self.conn.execute(
-            f"SELECT GREATEST((SELECT COALESCE(MAX({column}), 0) FROM {table}), "
-            "(SELECT COALESCE(MAX(value::bigint), 0) FROM meta WHERE key = %s)) + 1",
-            (f"purged_max_{column}",)).fetchone()[0])
+    def _next_key(self, table: str, column: str, n: int = 1) -> int:
+        """The first of ``n`` fresh keys: MAX + 1, above every purged key too. Read once per write
+        transaction for both tables (under the writer lock no other writer inserts), then counted
+        here: every insert of chunks or edges goes through this method."""
+        keys = self._tx_keys
+        if not keys:
+            row = self.conn.execute(
+                "SELECT GREATEST((SELECT COALESCE(MAX(nid), 0) FROM chunks), (SELECT COALESCE(MAX(value::bigint), 0) "
+                "FROM meta WHERE key = 'purged_max_nid')) + 1, GREATEST((SELECT COALESCE(MAX(eid), 0) FROM edges), "
+                "(SELECT COALESCE(MAX(value::bigint), 0) FROM meta WHERE key = 'purged_max_eid')) + 1").fetchone()
+            keys["nid"], keys["eid"] = int(row[0]), int(row[1])
+        first = keys[column]
+        keys[column] = first + n
+        return first
+
+    def _new_chunks(self, first: int, n: int) -> None:
+        self._tx_new.update(range(first, first + n))
+
+    def _new_edge_ends(self, ends: Iterable[int] | None) -> None:
+        if ends is None or self._tx_ends is None:
+            self._tx_ends = None
+        else:
+            self._tx_ends.update(ends)
+
+    def _edgeless(self, nid: int) -> bool:
+        """Whether chunk ``nid`` certainly has no edge yet: inserted by this transaction, and no edge
+        this transaction inserted names it."""
+        return self._depth > 0 and nid in self._tx_new and self._tx_ends is not None and nid not in self._tx_ends
 
     def insert_chunk(self, *, text: str, kind: str, created_at: float, q_value: float,
                      event_time: float | None = None, user_id: str | None = None, agent_id: str | None = None,
@@ -1053,6 +1242,7 @@ class PostgresStore:
                      chunk_id: str | None = None) -> ChunkKey:
         cid = chunk_id or new_id()
         nid = self._next_key("chunks", "nid")
+        self._new_chunks(nid, 1)
         values = (nid, cid, text, text_hash(text), kind, created_at, event_time, q_value, importance, user_id,
                   agent_id, run_id, session_id, json.dumps(dict(metadata or {}), ensure_ascii=False))
         self._x(f"INSERT INTO chunks ({INSERT_COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", values)
@@ -1062,22 +1252,54 @@ class PostgresStore:
     def _copy_in(self, table: str, columns: str, rows: Iterable[Sequence[Any]]) -> None:
         if isinstance(rows, list) and not rows:
             return
+        if self._pending:
+            self._settle()
         with self.conn.cursor() as cur:
             with cur.copy(f"COPY {table} ({columns}) FROM STDIN") as cp:
                 for r in rows:
                     cp.write_row(r)
 
+    def _copy_deferred(self, table: str, columns: str, payload: bytes) -> None:
+        """``COPY table FROM STDIN`` of ready COPY text, inside a write transaction, sent by a helper
+        thread while the caller goes on with its own (Python) work: that work overlaps with the
+        server's (the index inserts), and the thread only moves bytes (no GIL held while it waits).
+        The thread holds the connection's lock from the COPY's start to its end and this returns
+        once it started, so any later statement on the connection waits for the COPY (statements
+        keep their order); the transaction's end waits for it and raises its error (``_settled``)."""
+        sql = f"COPY {table} ({columns}) FROM STDIN"
+        if self._depth == 0:  # pragma: no cover - the bulk inserts run inside transactions
+            raise RuntimeError("a deferred COPY needs a write transaction")
+        started = threading.Event()
+        box: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                with self.conn.cursor() as cur:
+                    with cur.copy(sql) as cp:  # holds the connection's lock until the COPY is done
+                        started.set()
+                        cp.write(payload)
+            except BaseException as exc:  # raised in the caller's thread by _settle
+                box.append(exc)
+            finally:
+                started.set()
+
+        thread = threading.Thread(target=send, name=f"causalmem-copy-{table}", daemon=True)
+        thread.start()
+        started.wait()
+        self._pending.append((thread, box))
+
     def insert_chunks_bulk(self, rows: Sequence[Mapping[str, Any]]) -> list[ChunkKey]:
         if not rows:
             return []
-        base = self._next_key("chunks", "nid") - 1
+        base = self._next_key("chunks", "nid", len(rows)) - 1
+        self._new_chunks(base + 1, len(rows))
         ids = new_ids(len(rows))
         values = [(base + 1 + i, ids[i], r["text"], r.get("text_hash") or text_hash(r["text"]), r["kind"],
                    r["created_at"], r.get("event_time"), r["q_value"], r.get("importance", 5.0), r.get("user_id"),
                    r.get("agent_id"), r.get("run_id"), r.get("session_id"),
                    json.dumps(r["metadata"], ensure_ascii=False) if r.get("metadata") else "{}")
                   for i, r in enumerate(rows)]
-        self._copy_in("chunks", INSERT_COLS, values)
+        self._copy_deferred("chunks", INSERT_COLS, _chunk_copy_text(values))
         self._staged.extend(values)  # the row cache takes them at commit
         return [ChunkKey(base + 1 + i, ids[i]) for i in range(len(rows))]
 
@@ -1173,10 +1395,12 @@ class PostgresStore:
 
     def negative_excitatory_out_edges(self, srcs: Sequence[int]) -> dict[int, list[OutEdge]]:
         out: dict[int, list[OutEdge]] = {}
+        wanted = sorted({int(s) for s in srcs if not self._edgeless(int(s))})
+        if not wanted:
+            return out
         for eid, eid_s, src, dst in self.query(
                 "SELECT eid, id, src, dst FROM edges WHERE src = ANY(%s) AND valid_to IS NULL AND "
-                "relation IN ('caused', 'enabled') AND polarity = 'negative' ORDER BY eid",
-                (sorted({int(s) for s in srcs}),)):
+                "relation IN ('caused', 'enabled') AND polarity = 'negative' ORDER BY eid", (wanted,)):
             out.setdefault(src, []).append(OutEdge(eid, eid_s, dst))
         return out
 
@@ -1278,6 +1502,7 @@ class PostgresStore:
                     discovered_at: float, polarity_origin: str | None = None) -> tuple[int, str]:
         eid_str = new_id()
         eid = self._next_key("edges", "eid")
+        self._new_edge_ends((int(src), int(dst)))
         self._x(
             "INSERT INTO edges (eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, "
             "polarity_origin, task_tag, event_time, discovered_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
@@ -1288,15 +1513,11 @@ class PostgresStore:
     def insert_edges_bulk(self, rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, str]]:
         if not rows:
             return []
-        base = self._next_key("edges", "eid") - 1
+        base = self._next_key("edges", "eid", len(rows)) - 1
+        self._new_edge_ends([int(r["src"]) for r in rows] + [int(r["dst"]) for r in rows])
         ids = new_ids(len(rows))
-        self._copy_in(
-            "edges", "eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, polarity_origin, "
-            "task_tag, event_time, discovered_at",
-            ((base + 1 + i, ids[i], int(r["src"]), int(r["dst"]), r["relation"].value, r["relation"].code,
-              r.get("subtype"), r["confidence"], r["source"], r.get("polarity"),
-              r.get("polarity_origin") or ("unknown" if r.get("polarity") is None else "given"),
-              r.get("task_tag"), r.get("event_time"), r["discovered_at"]) for i, r in enumerate(rows)))
+        # formatted now: the caller may change its row dicts afterwards
+        self._copy_deferred("edges", EDGE_INSERT_COLS, _edge_copy_text(base, ids, rows))
         return [(base + 1 + i, ids[i]) for i in range(len(rows))]
 
     def set_edge_invalid(self, eid: int, now: float, reason: str | None, superseded_by: str | None = None) -> None:
@@ -1337,7 +1558,7 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ repeated evidence
     def valid_edges_for_pairs(self, keys: Sequence[tuple[int, int, str, str | None]]) -> dict[tuple, EvidenceEdge]:
-        wanted = set(keys)
+        wanted = {k for k in keys if not (self._edgeless(int(k[0])) or self._edgeless(int(k[1])))}
         if not wanted:
             return {}
         srcs = sorted({int(k[0]) for k in wanted})
@@ -1410,7 +1631,10 @@ class PostgresStore:
         return {r[0] for r in self.query(f"SELECT id FROM {table} WHERE id = ANY(%s)", (list(ids),))}
 
     def import_records(self, records: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, int]:
-        rows = import_rows(records, self._next_key("chunks", "nid") - 1, self._next_key("edges", "eid") - 1)
+        rows = import_rows(records, self._next_key("chunks", "nid", 0) - 1, self._next_key("edges", "eid", 0) - 1)
+        self._next_key("chunks", "nid", len(rows.chunks))
+        self._next_key("edges", "eid", len(rows.edges))
+        self._new_edge_ends(None)
         self._copy_in("chunks", IMPORT_COLS["chunks"], rows.chunks)
         self._copy_in("chunk_history", IMPORT_COLS["chunk_history"], rows.history)
         self._copy_in("edges", IMPORT_COLS["edges"], rows.edges)
