@@ -1097,12 +1097,25 @@ class Views:
             log.warning("causalmem: %s: search reinforcement is off: %s", self.store.path, self.reinforce_off)
 
     def _write_reinforcement(self, fx: Effects, queued: Sequence[tuple[float, list[int], list[list[int]]]]) -> None:
-        for t, nids, groups in queued:
-            self.store.touch_chunks(nids, t)
-            for g in groups:
-                learning.hebbian_credit(self.store, g, t, self.config)
+        """The queued searches in a few statements, whatever their number (one round trip each on a
+        server): the access counts in one batch; the Hebbian credit of every group read once and
+        written once per pair, with the weights ``learning.hebbian_credit`` would have left after
+        crediting the groups one by one in queue order."""
+        self.store.touch_chunks_batch([(nids, t) for t, nids, _groups in queued])
+        credits = [(t, g) for t, _nids, groups in queued for g in groups]
+        if credits:
+            stored = self.store.cooccurrence_weights(sorted({n for _t, g in credits for n in g}))
+            final: dict[tuple[int, int], list] = {}  # pair -> [weight, credits, last time]
+            for t, g in credits:
+                for key in learning.hebbian_pairs(g, learning.MAX_HEBBIAN_NIDS):
+                    got = final.get(key)
+                    if got is None:
+                        final[key] = [learning.next_hebbian_weight(stored.get(key), self.config), 1, t]
+                    else:
+                        got[0], got[1], got[2] = learning.next_hebbian_weight(got[0], self.config), got[1] + 1, t
                 self._note("o", g)
-            self.accessed(fx, nids)
+            self.store.credit_cooccurrence([(a, b, w, n, t) for (a, b), (w, n, t) in final.items()])
+        self.accessed(fx, [n for _t, nids, _groups in queued for n in nids])
         fx.append(self._pending_co.clear)  # the store holds them now (the overlay keeps showing them)
 
     def count_write(self, fx: Effects, n: int = 1) -> None:

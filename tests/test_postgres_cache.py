@@ -235,3 +235,118 @@ def test_catching_up_with_another_hosts_small_write_takes_two_round_trips(pg_dsn
     finally:
         a.close()
         b.close()
+
+
+def test_a_default_search_sends_one_statement_and_the_queue_a_few(pg_dsn, monkeypatch):
+    """Review R6: with reinforcement on (the default), a search still sends only the change-sequence
+    check (the learned-link overlay reads the mirrored co-occurrence pairs), and writing the queue
+    of 64 searches takes a handful of statements, not one per search."""
+    with Memory(pg_dsn, embedder=None, config=Config(reinforce_seconds=3600)) as mem:
+        mem.record_many([(f"rollout step {i} of the cache", f"rollout effect {i} of the cache") for i in range(300)])
+        mem.search("rollout step 1")  # views, row mirror and co-occurrence mirror built
+        mem.flush()
+        count = Statements(monkeypatch, mem._store.conn)
+        per_search = []
+        for i in range(130):
+            before = len(count.sent)
+            hits = mem.search(f"rollout step {i % 40} of the cache")
+            assert hits
+            per_search.append(count.sent[before:])
+        plain = [s for s in per_search if len(s) == 1]
+        flushes = [s for s in per_search if len(s) > 1]
+        assert all(s == ["SELECT seq FROM causalmem_state"] for s in plain), [s for s in plain if s][:3]
+        assert len(flushes) == 2, [(i, s) for i, s in enumerate(per_search) if len(s) > 1]  # the 64th, the 128th
+        assert all(len(s) <= 8 for s in flushes), flushes
+        pairs = mem._store.query("SELECT COUNT(*), SUM(hits) FROM cooccurrence")[0]
+        assert pairs[0] > 0 and pairs[1] >= pairs[0]
+        assert mem._store.query("SELECT SUM(access_count) FROM chunks")[0][0] >= 128
+
+
+def _one_by_one(views, fx, queued):
+    """The reinforcement write as it was before it was batched: per search, its access counts, then
+    each group's Hebbian credit (``learning.hebbian_credit``: read, then one upsert per pair)."""
+    from causalmem import learning
+
+    for t, nids, groups in queued:
+        views.store.touch_chunks(nids, t)
+        for g in groups:
+            learning.hebbian_credit(views.store, g, t, views.config)
+            views._note("o", g)
+        views.accessed(fx, nids)
+    fx.append(views._pending_co.clear)
+
+
+def test_the_batched_queue_write_leaves_what_search_by_search_writes_left(pg_dsn):
+    """Two memories with the same rows answer the same searches; one writes its queue the batched
+    way, the other search by search (the code before review R6): the co-occurrence pairs (weights,
+    hits) and the chunks' access counts and importance come out the same."""
+    conninfo, schema = pg_dsn.split("schema=")
+    cfg = Config(reinforce_seconds=3600, reinforce_batch=50, hebbian_top=3)
+    mems = [Memory(f"{conninfo}schema={schema}_{k}", embedder=None, config=cfg) for k in ("batched", "single")]
+    mems[1]._views._write_reinforcement = lambda fx, q, v=mems[1]._views: _one_by_one(v, fx, q)
+    rnd = random.Random(3)
+    try:
+        for mem in mems:
+            mem.record_many([(f"tune the {w} pool {i}", f"the {w} pool {i} stopped stalling")
+                             for i in range(30) for w in ("thread", "db")])
+        queries = [f"tune the {rnd.choice(['thread', 'db'])} pool {rnd.randrange(12)}" for _ in range(240)]
+        for q in queries:  # many repeats: the same pair credited several times within one queue
+            for mem in mems:
+                mem.search(q)
+        for mem in mems:
+            mem.flush()
+
+        def state(mem):
+            co = mem._store.query("SELECT a, b, weight, hits FROM cooccurrence ORDER BY a, b")
+            ch = mem._store.query("SELECT nid, access_count, importance FROM chunks ORDER BY nid")
+            return co, ch
+
+        (co1, ch1), (co2, ch2) = state(mems[0]), state(mems[1])
+        assert len(co1) > 10 and max(r[3] for r in co1) > 2  # pairs credited more than twice
+        assert co1 == co2
+        assert [r[:2] for r in ch1] == [r[:2] for r in ch2]
+        assert [r[2] for r in ch1] == pytest.approx([r[2] for r in ch2], abs=1e-9)
+    finally:
+        for mem in mems:
+            mem.close()
+
+
+def test_the_mirrored_co_occurrence_pairs_follow_both_hosts(pg_dsn):
+    """The co-occurrence mirror the overlay reads is exactly the table after this host's own queue
+    writes, another host's, and a delete that drops a chunk's pairs."""
+    cfg = Config(reinforce_seconds=3600)
+    a = Memory(pg_dsn, embedder=None, config=cfg)
+    b = Memory(pg_dsn, embedder=None, config=cfg)
+    try:
+        edges = a.record_many([(f"shard the {w} queue {i}", f"the {w} queue {i} drained")
+                               for i in range(20) for w in ("mail", "job")])
+
+        def table():
+            return {(x, y): w for x, y, w in a._store.query("SELECT a, b, weight FROM cooccurrence")}
+
+        def mirror(mem):
+            co = mem._store._cache.co
+            assert co is not None and not mem._store._cache.co_missing
+            return {(x, y): w for x, row in co.items() for y, w in row.items()}
+
+        for mem in (a, b):
+            mem.search("shard the mail queue 1")
+        for step in range(4):
+            host = (a, b)[step % 2]
+            for i in range(12):
+                host.search(f"shard the {('mail', 'job')[i % 2]} queue {i % 5}")
+            host.flush()
+            for mem in (a, b):
+                mem.search("drained")  # the next query catches up
+                assert mirror(mem) == table(), (step, mem is a)
+        assert table()
+        gone = next(iter(table()))[0]
+        chunk = next(c for e in edges for c in (e.src, e.dst) if a._store.nid_of(c) == gone)
+        b.delete(chunk)
+        for mem in (a, b):
+            mem.search("drained")
+            assert mirror(mem) == table()
+        assert all(gone not in k for k in table())
+    finally:
+        a.close()
+        b.close()

@@ -414,6 +414,10 @@ class StoreBackend(Protocol):
     def touch_chunks(self, nids: Sequence[int], now: float) -> None:
         """Access reinforcement: access_count + 1, importance + 0.1 (cap 10), last_accessed_at = now."""
 
+    def touch_chunks_batch(self, touches: Sequence[tuple[Sequence[int], float]]) -> None:
+        """``touch_chunks(nids, now)`` for each ``(nids, now)`` in order (the queued searches of one
+        reinforcement write; a backend may apply them in one statement)."""
+
     def set_q_value(self, nid: int, q: float) -> None: ...
 
     def update_q_values(self, rows: Iterable[tuple[float, int]]) -> None:
@@ -505,6 +509,10 @@ class StoreBackend(Protocol):
 
     def upsert_cooccurrence(self, rows: Sequence[tuple[int, int, float, float]]) -> None:
         """rows of (a, b, weight, now), a < b: insert new pairs; set weight and bump hits of known ones."""
+
+    def credit_cooccurrence(self, rows: Sequence[tuple[int, int, float, int, float]]) -> None:
+        """rows of (a, b, weight, credits, now), one per pair, a < b: the end state of ``credits``
+        successive ``upsert_cooccurrence`` calls (weight and updated_at set, hits + credits)."""
 
     def sleep_cooccurrence_arrays(self) -> np.ndarray:
         """Every pair as a ``COOC_DTYPE`` array."""

@@ -472,6 +472,11 @@ def _retryable(exc: BaseException) -> bool:
 
 #: most chunk rows a process mirrors (a store with more chunks is cached row by row, up to this many)
 ROW_CACHE_MAX = 250_000
+#: most co-occurrence pairs a process mirrors (a larger table is read per query, as before)
+CO_CACHE_MAX = 250_000
+#: a write transaction that updated at most this many chunks (or co-occurrence keys) reads their new
+#: state back in its last round trip, so the row cache keeps them instead of re-reading them later
+REFRESH_MAX = 2_000
 
 
 class _RowCache:
@@ -495,6 +500,23 @@ class _RowCache:
         self.missing: set[int] = set()
         self.superseded: dict[int, str] | None = None
         self.upto = upto
+        #: the co-occurrence table as a -> {b: weight} (None: not mirrored), except the pairs of
+        #: the ``a`` keys in ``co_missing`` (changed, to be re-read); ``co_too_big``: not tried again
+        self.co: dict[int, dict[int, float]] | None = None
+        self.co_missing: set[int] = set()
+        self.co_too_big = False
+
+    def co_replace(self, keys: Iterable[int], rows: Iterable[Sequence[Any]]) -> None:
+        """The pairs of every ``a`` in ``keys`` are exactly ``rows`` (a, b, weight) now."""
+        co = self.co
+        if co is None:
+            return
+        keys = {int(a) for a in keys}
+        for a in keys:
+            co.pop(a, None)
+        for a, b, w in rows:
+            co.setdefault(int(a), {})[int(b)] = float(w)
+        self.co_missing -= keys
 
     def put(self, row: tuple) -> None:
         nid, h = row[0], row[16] if len(row) == 17 else row[3]
@@ -528,6 +550,9 @@ class _RowCache:
                     self.missing.add(int(nid))
         if any(k[0] == "e" or k in ("cu", "cd") for k in changes):
             self.superseded = None  # edges or a superseding chunk's liveness changed
+        if self.co is not None:
+            for kind in ("oi", "ou", "od"):
+                self.co_missing.update(int(a) for a in changes.get(kind, ()))
 
 
 def _full(row: tuple) -> tuple:
@@ -575,6 +600,8 @@ class PostgresStore:
         self._tx_changes: dict[str, list[int]] | None = None  # the committing transaction's change-log keys
         self._prefetched: tuple[int, dict[int, tuple], int] | None = None  # see foreign_changes
         self._staged: list[tuple] = []  # chunks inserted by the open transaction (as the row cache keeps them)
+        # what the committing transaction updated, read back: chunk rows, co-occurrence keys and rows
+        self._tx_refresh: tuple[list[tuple], list[int] | None, list[tuple]] = ([], [], [])
         self._pending: list[tuple[threading.Thread, list[BaseException]]] = []  # deferred COPYs (_copy_in)
         # the open write transaction's next free keys (read once under the writer lock, then counted
         # here), the chunks it inserted and the ends of the edges it inserted (None: not known): a
@@ -733,7 +760,7 @@ class PostgresStore:
                     self._depth -= 1
                 return
             self.committed_seq = None
-            self._staged, self._tx_changes = [], None
+            self._staged, self._tx_changes, self._tx_refresh = [], None, ([], [], [])
             self._tx_keys, self._tx_new, self._tx_ends = {}, set(), set()
             try:
                 with self.conn.transaction():
@@ -804,19 +831,36 @@ class PostgresStore:
         changed a row (it then has a transaction id), NOTIFY listeners (delivered at commit), read
         what the transaction changed for the row cache (chunk keys; of edges the kinds are enough).
         Prunes the change log now and then. The new value, or None."""
-        row = self.conn.execute(
+        keys = ("SELECT unnest(keys) FROM changes WHERE seq = current_setting('causalmem.seq')::bigint "
+                "AND kind IN ({})")
+        few = ("(SELECT COALESCE(SUM(cardinality(keys)), 0) FROM changes WHERE seq = "
+               f"current_setting('causalmem.seq')::bigint AND kind IN ({{}})) <= {REFRESH_MAX}")
+        updated, co = "'cu'", "'oi', 'ou', 'od'"
+        cur = self.conn.execute(pg_sql.SQL(
             "WITH s AS (UPDATE causalmem_state SET seq = seq + 1 WHERE pg_current_xact_id_if_assigned() IS NOT NULL "
-            "RETURNING seq) SELECT s.seq, pg_notify(%s, s.seq::text), "
+            "RETURNING seq) SELECT s.seq, pg_notify({}, s.seq::text), "
             "ARRAY(SELECT DISTINCT kind FROM changes WHERE seq = s.seq), "
             "ARRAY(SELECT unnest(keys) FROM changes WHERE seq = s.seq AND kind = 'ci'), "
             "ARRAY(SELECT unnest(keys) FROM changes WHERE seq = s.seq AND kind = 'cu'), "
-            "ARRAY(SELECT unnest(keys) FROM changes WHERE seq = s.seq AND kind = 'cd') FROM s",
-            (self.channel,)).fetchone()
+            "ARRAY(SELECT unnest(keys) FROM changes WHERE seq = s.seq AND kind = 'cd'), "
+            "ARRAY(SELECT DISTINCT unnest(keys) FROM changes WHERE seq = s.seq AND kind IN ('oi', 'ou', 'od')), "
+            f"{few.format(co)} FROM s; "
+            # the new state of the rows it updated (a few), for the row cache
+            f"SELECT {CHUNK_COLS}, text_hash FROM chunks WHERE nid IN ({keys.format(updated)}) "
+            f"AND {few.format(updated)}; "
+            f"SELECT a, b, weight FROM cooccurrence WHERE a IN ({keys.format(co)}) AND {few.format(co)}"
+        ).format(pg_sql.Literal(self.channel)))
+        row = cur.fetchone()
+        cur.nextset()
+        refreshed = cur.fetchall()
+        cur.nextset()
+        co_rows = cur.fetchall()
         if row is None:
             return None
         seq = int(row[0])
         self._tx_changes = {k: [] for k in row[2]}
-        self._tx_changes.update((k, v) for k, v in zip(("ci", "cu", "cd"), row[3:]) if v)
+        self._tx_changes.update((k, v) for k, v in zip(("ci", "cu", "cd"), row[3:6]) if v)
+        self._tx_refresh = (refreshed, row[6] if row[7] else None, co_rows)
         if seq % 256 == 0:  # keep the change log short
             floor = seq - LOG_KEEP
             self.conn.execute("DELETE FROM changes WHERE seq <= %s", (floor,))
@@ -826,12 +870,30 @@ class PostgresStore:
     def _committed(self, seq: int) -> None:
         self.committed_seq = seq
         cache, changes = self._cache, self._tx_changes or {}
+        rows, co_keys, co_rows = self._tx_refresh
+        # the superseded set depends on edges and on chunks' liveness: a write that changed neither
+        # (the access counts of a reinforcement write, read back here) leaves it as it is
+        superseded = cache.superseded
+        if superseded is not None and not any(k[0] == "e" or k == "cd" for k in changes):
+            new = {r[0]: r[15] for r in rows}
+            if any(n not in new or n not in cache.rows or _full(cache.rows[n])[15] != new[n]
+                   for n in changes.get("cu", ())):
+                superseded = None
+        else:
+            superseded = None
         cache.invalidate(changes)
+        cache.superseded = superseded
         inserted = set(changes.get("ci", ())) - set(changes.get("cu", ()))
         for row in self._staged:  # inserted and untouched since: the row as written (the last one per nid)
             if row[0] in inserted:
                 cache.put(row)
-        self._staged, self._tx_changes = [], None
+        for r in rows:  # updated by this transaction, read back before the commit
+            cache.put(r)
+        if co_keys is None:  # too many pairs changed to read back: the mirror is re-read when needed
+            cache.co, cache.co_missing = None, set()
+        else:
+            cache.co_replace(co_keys, co_rows)
+        self._staged, self._tx_changes, self._tx_refresh = [], None, ([], [], [])
         if cache.upto == seq - 1:
             cache.upto = seq
         # writers are serialized and each advances the sequence by one: a gap means another
@@ -955,13 +1017,14 @@ class PostgresStore:
                     "SELECT eid, src, dst, rel_code, confidence, valid_to IS NULL FROM edges "
                     f"WHERE eid IN ({keys}('ei', 'eu')) ORDER BY eid; "
                     "SELECT COALESCE(MAX(hid), 0) FROM chunk_history WHERE event = 'update'; "
-                    + _SUPERSEDED_SQL.format(where=""))
+                    + _SUPERSEDED_SQL.format(where="") + "; "
+                    f"SELECT a, b, weight FROM cooccurrence WHERE a IN ({keys}('oi', 'ou', 'od'))")
                 results = [cur.fetchall()]
                 while cur.nextset():
                     results.append(cur.fetchall())
             except psycopg.Error as exc:
                 raise self._store_error(exc, "reading the change log") from exc
-            log_rows, chunk_rows, edge_rows, (last_update,), superseded = results
+            log_rows, chunk_rows, edge_rows, (last_update,), superseded, co_rows = results
             self._synced_seq = upto  # read: the views are in step up to here once they apply it
             self._own = {s for s in self._own if s > upto}
             out: dict[str, set[int]] = {}
@@ -984,6 +1047,7 @@ class PostgresStore:
             for r in chunk_rows:  # read after the changes: at least as new as upto
                 cache.put(r)
             cache.superseded = _superseded_of(superseded)
+            cache.co_replace([a for k in ("oi", "ou", "od") for a in delta.get(k, ())], co_rows)
             self._prefetched = (upto, {r[0]: tuple(r) for r in edge_rows}, int(last_update[0]))
             return delta
 
@@ -1342,6 +1406,24 @@ class PostgresStore:
             "FROM (SELECT u AS nid, COUNT(*) AS n FROM unnest(%s::bigint[]) u GROUP BY u) t WHERE c.nid = t.nid",
             (now, ids))
 
+    def touch_chunks_batch(self, touches: Sequence[tuple[Sequence[int], float]]) -> None:
+        """One statement for the whole queue: per chunk, the accesses added up and the time of the
+        last search that returned it (``touch_chunks`` per search, summed)."""
+        count: dict[int, int] = {}
+        last: dict[int, float] = {}
+        for nids, now in touches:
+            for n in nids:
+                n = int(n)
+                count[n] = count.get(n, 0) + 1
+                last[n] = now
+        if not count:
+            return
+        keys = list(count)
+        self._x("UPDATE chunks c SET access_count = c.access_count + t.n, "
+                "importance = LEAST(10.0, c.importance + 0.1 * t.n), last_accessed_at = t.at "
+                "FROM unnest(%s::bigint[], %s::bigint[], %s::float8[]) AS t(nid, n, at) WHERE c.nid = t.nid",
+                (keys, [count[n] for n in keys], [float(last[n]) for n in keys]))
+
     def set_q_value(self, nid: int, q: float) -> None:
         self._x("UPDATE chunks SET q_value = %s WHERE nid = %s", (q, int(nid)))
 
@@ -1649,10 +1731,35 @@ class PostgresStore:
         return count_dict(self.query(scoped_counts_sql(" AND ".join(conds) or "TRUE"), params * 7)[0])
 
     # ------------------------------------------------------------------ co-occurrence (Hebbian)
+    def _co_mirror(self) -> dict[int, dict[int, float]] | None:
+        """The co-occurrence pairs as a -> {b: weight}, exact as of this call's sequence check (see
+        ``_cached``), read whole the first time (one round trip) and kept exact from then on by
+        the change log, like the chunk rows; None where the row cache may not answer, or the
+        table is larger than ``CO_CACHE_MAX``."""
+        cache = self._cached()
+        if cache is None or cache.co_too_big:
+            return None
+        if cache.co is None:
+            rows = self.query(f"SELECT a, b, weight FROM cooccurrence LIMIT {CO_CACHE_MAX + 1}")
+            if len(rows) > CO_CACHE_MAX:
+                cache.co_too_big = True
+                return None
+            cache.co, cache.co_missing = {}, set()
+            cache.co_replace((), rows)
+        elif cache.co_missing:
+            keys = sorted(cache.co_missing)
+            cache.co_replace(keys, self.query("SELECT a, b, weight FROM cooccurrence WHERE a = ANY(%s)", (keys,)))
+        return cache.co
+
     def cooccurrence_weights(self, nids: Sequence[int]) -> dict[tuple[int, int], float]:
         ids = [int(n) for n in nids]
         if len(ids) < 2:
             return {}
+        with self._lock:
+            co = self._co_mirror()
+            if co is not None:  # the learned-link overlay of every search: no round trip
+                want = set(ids)
+                return {(a, b): w for a in sorted(want) if a in co for b, w in co[a].items() if b in want}
         rows = self.query("SELECT a, b, weight FROM cooccurrence WHERE a = ANY(%s) AND b = ANY(%s)", (ids, ids))
         return {(a, b): w for a, b, w in rows}
 
@@ -1668,6 +1775,16 @@ class PostgresStore:
         return [CooccurrencePair._make(r) for r in self.query(
             "SELECT a, b, weight FROM cooccurrence WHERE (a = ANY(%s) AND b = ANY(%s)) OR "
             "(b = ANY(%s) AND a = ANY(%s)) ORDER BY a, b", (a, b, a, b))]
+
+    def credit_cooccurrence(self, rows: Sequence[tuple[int, int, float, int, float]]) -> None:
+        rows = list(rows)
+        if rows:  # one statement for the whole queue
+            self._x("INSERT INTO cooccurrence (a, b, weight, hits, updated_at) "
+                    "SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::float8[], %s::bigint[], %s::float8[]) "
+                    "ON CONFLICT (a, b) DO UPDATE SET weight = EXCLUDED.weight, hits = cooccurrence.hits + "
+                    "EXCLUDED.hits, updated_at = EXCLUDED.updated_at",
+                    ([int(r[0]) for r in rows], [int(r[1]) for r in rows], [float(r[2]) for r in rows],
+                     [int(r[3]) for r in rows], [float(r[4]) for r in rows]))
 
     def upsert_cooccurrence(self, rows: Sequence[tuple[int, int, float, float]]) -> None:
         self._many(

@@ -715,6 +715,10 @@ class SQLiteStore:
             "UPDATE chunks SET access_count = access_count + 1, importance = MIN(10.0, importance + 0.1), "
             "last_accessed_at = ? WHERE nid = ?", [(now, int(n)) for n in nids])
 
+    def touch_chunks_batch(self, touches: Sequence[tuple[Sequence[int], float]]) -> None:
+        for nids, now in touches:  # in process: the per-search statements cost no round trip
+            self.touch_chunks(nids, now)
+
     def set_q_value(self, nid: int, q: float) -> None:
         self.conn.execute("UPDATE chunks SET q_value = ? WHERE nid = ?", (q, nid))
 
@@ -1057,6 +1061,12 @@ class SQLiteStore:
             "INSERT INTO cooccurrence (a, b, weight, hits, updated_at) VALUES (?, ?, ?, 1, ?) "
             "ON CONFLICT(a, b) DO UPDATE SET weight = excluded.weight, hits = hits + 1, "
             "updated_at = excluded.updated_at", rows)
+
+    def credit_cooccurrence(self, rows: Sequence[tuple[int, int, float, int, float]]) -> None:
+        self.conn.executemany(
+            "INSERT INTO cooccurrence (a, b, weight, hits, updated_at) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT(a, b) DO UPDATE SET weight = excluded.weight, hits = hits + excluded.hits, "
+            "updated_at = excluded.updated_at", [(int(a), int(b), w, int(n), t) for a, b, w, n, t in rows])
 
     def sleep_cooccurrence_arrays(self) -> np.ndarray:
         n = self.conn.execute("SELECT COUNT(*) FROM cooccurrence").fetchone()[0]
