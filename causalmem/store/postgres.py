@@ -129,74 +129,59 @@ _LOG_V3 = """
 #   statement (updates of src/dst or of a chunk's nid, which causalmem never makes, per row).
 # * the exact-text reuse index holds the text hash alone (the scope is checked on the few rows a
 #   hash finds): a smaller entry per chunk in the one index whose inserts land in random order.
-_V4 = """
-        ALTER TABLE edges DROP CONSTRAINT IF EXISTS edges_src_fkey;
-        ALTER TABLE edges DROP CONSTRAINT IF EXISTS edges_dst_fkey;
-        CREATE FUNCTION check_edge_ends() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT
-        SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off AS $f$
+# each check: a trigger function that raises foreign_key_violation when ``failed`` holds after ``body``
+_FK_CHECK = """
+        CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT{plan} AS $f$
         DECLARE
             wanted BIGINT;
             found BIGINT;
             locked BIGINT;
-        BEGIN
-            -- ends inserted (or last updated) by this transaction are invisible to, or locked
-            -- against, every other one: no lock needed; the others are locked as a foreign key would.
-            -- One index probe per end (the settings above): never a scan of the chunks
-            SELECT COUNT(*), COUNT(c.nid) FILTER (WHERE c.xmin = pg_current_xact_id()::xid) INTO wanted, found
-            FROM (SELECT src AS nid FROM new_edges UNION SELECT dst FROM new_edges) e
-            LEFT JOIN chunks c ON c.nid = e.nid;
-            IF found < wanted THEN
-                SELECT COUNT(*) INTO locked FROM (
-                    SELECT 1 FROM chunks c JOIN (SELECT src AS nid FROM new_edges UNION SELECT dst FROM new_edges) e
-                    ON c.nid = e.nid WHERE c.xmin <> pg_current_xact_id()::xid FOR KEY SHARE OF c) f;
-                found := found + locked;
+        BEGIN{body}
+            IF {failed} THEN
+                RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation', MESSAGE = '{message}';
             END IF;
-            IF found <> wanted THEN
-                RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
-                    MESSAGE = 'an edge names a chunk that does not exist (edges.src/dst -> chunks.nid)';
-            END IF;
-            RETURN NULL;
+            RETURN {ret};
         END $f$;
-        CREATE TRIGGER edges_ends_i AFTER INSERT ON edges REFERENCING NEW TABLE AS new_edges
-            FOR EACH STATEMENT EXECUTE FUNCTION check_edge_ends();
-        CREATE FUNCTION check_edge_ends_moved() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $f$
-        BEGIN
-            IF (SELECT COUNT(*) FROM (SELECT 1 FROM chunks c WHERE c.nid IN (NEW.src, NEW.dst) FOR KEY SHARE) f)
-               <> (CASE WHEN NEW.src = NEW.dst THEN 1 ELSE 2 END) THEN
-                RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
-                    MESSAGE = 'an edge names a chunk that does not exist (edges.src/dst -> chunks.nid)';
-            END IF;
-            RETURN NEW;
-        END $f$;
-        CREATE TRIGGER edges_ends_u BEFORE UPDATE OF src, dst ON edges
-            FOR EACH ROW EXECUTE FUNCTION check_edge_ends_moved();
-        CREATE FUNCTION check_chunk_unreferenced() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT
-        SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off AS $f$
-        BEGIN
-            IF EXISTS (SELECT 1 FROM old_chunks o JOIN edges e ON e.src = o.nid
-                       WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.nid = o.nid))
-               OR EXISTS (SELECT 1 FROM old_chunks o JOIN edges e ON e.dst = o.nid
-                          WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.nid = o.nid)) THEN
-                RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
-                    MESSAGE = 'a chunk that an edge still names cannot be deleted (edges.src/dst -> chunks.nid)';
-            END IF;
-            RETURN NULL;
-        END $f$;
-        CREATE TRIGGER chunks_referenced_d AFTER DELETE ON chunks REFERENCING OLD TABLE AS old_chunks
-            FOR EACH STATEMENT EXECUTE FUNCTION check_chunk_unreferenced();
-        CREATE FUNCTION check_chunk_renumbered() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $f$
-        BEGIN
-            IF NEW.nid <> OLD.nid AND EXISTS (SELECT 1 FROM edges e WHERE e.src = OLD.nid OR e.dst = OLD.nid) THEN
-                RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
-                    MESSAGE = 'a chunk that an edge still names cannot be renumbered (edges.src/dst -> chunks.nid)';
-            END IF;
-            RETURN NEW;
-        END $f$;
-        CREATE TRIGGER chunks_referenced_u BEFORE UPDATE OF nid ON chunks
-            FOR EACH ROW EXECUTE FUNCTION check_chunk_renumbered();
+        CREATE TRIGGER {trigger} {event} FOR EACH {level} EXECUTE FUNCTION {name}();
+"""
+# one index probe per key (never a scan of the chunks or edges, whatever the planner estimates)
+_PROBES = " SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off"
+_ENDS = "(SELECT src AS nid FROM new_edges UNION SELECT dst FROM new_edges)"
+_NO_END = "an edge names a chunk that does not exist (edges.src/dst -> chunks.nid)"
+_V4 = """
+        ALTER TABLE edges DROP CONSTRAINT IF EXISTS edges_src_fkey;
+        ALTER TABLE edges DROP CONSTRAINT IF EXISTS edges_dst_fkey;
         DROP INDEX IF EXISTS chunks_reuse;
         CREATE INDEX chunks_reuse ON chunks(text_hash);
-"""
+""" + _FK_CHECK.format(
+    # ends inserted (or last updated) by this transaction are invisible to, or locked against, every
+    # other one: no lock needed; the others are locked as a foreign key would
+    name="check_edge_ends", plan=_PROBES, ret="NULL", message=_NO_END, level="STATEMENT",
+    trigger="edges_ends_i", event="AFTER INSERT ON edges REFERENCING NEW TABLE AS new_edges",
+    body=f"""
+            SELECT COUNT(*), COUNT(c.nid) FILTER (WHERE c.xmin = pg_current_xact_id()::xid) INTO wanted, found
+            FROM {_ENDS} e LEFT JOIN chunks c ON c.nid = e.nid;
+            IF found < wanted THEN
+                SELECT COUNT(*) INTO locked FROM (SELECT 1 FROM chunks c JOIN {_ENDS} e ON c.nid = e.nid
+                    WHERE c.xmin <> pg_current_xact_id()::xid FOR KEY SHARE OF c) f;
+                found := found + locked;
+            END IF;""", failed="found <> wanted") + _FK_CHECK.format(
+    name="check_edge_ends_moved", plan="", ret="NEW", message=_NO_END, level="ROW",
+    trigger="edges_ends_u", event="BEFORE UPDATE OF src, dst ON edges", body="""
+            SELECT COUNT(*) INTO found FROM (SELECT 1 FROM chunks c WHERE c.nid IN (NEW.src, NEW.dst)
+                FOR KEY SHARE) f;""",
+    failed="found <> (CASE WHEN NEW.src = NEW.dst THEN 1 ELSE 2 END)") + _FK_CHECK.format(
+    name="check_chunk_unreferenced", plan=_PROBES, ret="NULL", level="STATEMENT",
+    message="a chunk that an edge still names cannot be deleted (edges.src/dst -> chunks.nid)",
+    trigger="chunks_referenced_d", event="AFTER DELETE ON chunks REFERENCING OLD TABLE AS old_chunks", body="",
+    failed="EXISTS (SELECT 1 FROM old_chunks o JOIN edges e ON e.src = o.nid "
+           "WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.nid = o.nid)) "
+           "OR EXISTS (SELECT 1 FROM old_chunks o JOIN edges e ON e.dst = o.nid "
+           "WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.nid = o.nid))") + _FK_CHECK.format(
+    name="check_chunk_renumbered", plan="", ret="NEW", level="ROW",
+    message="a chunk that an edge still names cannot be renumbered (edges.src/dst -> chunks.nid)",
+    trigger="chunks_referenced_u", event="BEFORE UPDATE OF nid ON chunks", body="",
+    failed="NEW.nid <> OLD.nid AND EXISTS (SELECT 1 FROM edges e WHERE e.src = OLD.nid OR e.dst = OLD.nid)")
 #: change-log rows older than this many transactions are pruned (a host further behind re-reads all)
 LOG_KEEP = 4096
 
