@@ -330,6 +330,10 @@ _SCOPE = "user_id IS NOT DISTINCT FROM %s AND agent_id IS NOT DISTINCT FROM %s A
 
 
 _SLEEP_EDGE_SELECT = sleep_edge_select("({})::int")
+# the next free chunk and edge keys: MAX + 1, above every purged key too
+_NEXT_KEYS = ("GREATEST((SELECT COALESCE(MAX(nid), 0) FROM chunks), (SELECT COALESCE(MAX(value::bigint), 0) "
+              "FROM meta WHERE key = 'purged_max_nid')) + 1, GREATEST((SELECT COALESCE(MAX(eid), 0) FROM edges), "
+              "(SELECT COALESCE(MAX(value::bigint), 0) FROM meta WHERE key = 'purged_max_eid')) + 1")
 
 # binary array types read as raw bytes by ``_columns``: int8[], int4[], float8[]
 _RAW_ARRAY_OIDS = (1016, 1007, 1022)
@@ -592,6 +596,7 @@ class PostgresStore:
         # here), the chunks it inserted and the ends of the edges it inserted (None: not known): a
         # chunk inserted by this transaction has no edge but those, so no lookup for it is needed
         self._tx_keys: dict[str, int] = {}
+        self._migrating = False
         self._tx_new: set[int] = set()
         self._tx_ends: set[int] | None = set()
         try:
@@ -663,6 +668,13 @@ class PostgresStore:
         return int(version)
 
     def _migrate(self) -> None:
+        self._migrating = True
+        try:
+            self._migrate_now()
+        finally:
+            self._migrating = False
+
+    def _migrate_now(self) -> None:
         with self.transaction():
             version = self.conn.execute("SELECT schema_version FROM causalmem_state").fetchone()[0]
             if version > SCHEMA_VERSION:  # re-check under the write lock
@@ -803,13 +815,16 @@ class PostgresStore:
                               "THEN 'no' ELSE 'yes' END, true); ").format(key)
         cur = self.conn.execute(lock + pg_sql.SQL(
             "SELECT seq + 1, set_config('causalmem.seq', (seq + 1)::text, true), "
-            "current_setting('causalmem.busy', true) FROM causalmem_state"))
+            f"current_setting('causalmem.busy', true), {'NULL, NULL' if self._migrating else _NEXT_KEYS} "
+            "FROM causalmem_state"))
         while cur.nextset():
             pass
-        seq, _, busy = cur.fetchone()
+        seq, _, busy, nid, eid = cur.fetchone()
         if busy == "yes":
             raise StoreError(f"memory {self.path!r} is locked by another writer (not waiting)")
         self._tx_seq = int(seq)
+        if nid is not None:  # read under the writer lock: ours to count (not while the tables are made)
+            self._tx_keys = {"nid": int(nid), "eid": int(eid)}
 
     def _end_write(self) -> int | None:
         """Just before COMMIT, in one round trip: advance the change sequence if the transaction
@@ -1256,15 +1271,12 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ chunks: writes
     def _next_key(self, table: str, column: str, n: int = 1) -> int:
-        """The first of ``n`` fresh keys: MAX + 1, above every purged key too. Read once per write
-        transaction for both tables (under the writer lock no other writer inserts), then counted
-        here: every insert of chunks or edges goes through this method."""
+        """The first of ``n`` fresh keys: MAX + 1, above every purged key too. Read with the writer
+        lock for both tables (``_begin_write``: under the lock no other writer inserts), then
+        counted here: every insert of chunks or edges goes through this method."""
         keys = self._tx_keys
-        if not keys:
-            row = self.conn.execute(
-                "SELECT GREATEST((SELECT COALESCE(MAX(nid), 0) FROM chunks), (SELECT COALESCE(MAX(value::bigint), 0) "
-                "FROM meta WHERE key = 'purged_max_nid')) + 1, GREATEST((SELECT COALESCE(MAX(eid), 0) FROM edges), "
-                "(SELECT COALESCE(MAX(value::bigint), 0) FROM meta WHERE key = 'purged_max_eid')) + 1").fetchone()
+        if not keys:  # pragma: no cover - _begin_write reads them
+            row = self.conn.execute(f"SELECT {_NEXT_KEYS}").fetchone()
             keys["nid"], keys["eid"] = int(row[0]), int(row[1])
         first = keys[column]
         keys[column] = first + n
