@@ -1160,6 +1160,116 @@ def links_among(GraphView graph, const int32_t[::1] nodes):
     return res
 
 
+cdef double _pairwise_sum(const double* a, Py_ssize_t n) noexcept nogil:
+    """numpy's pairwise summation of ``a[:n]`` (``DOUBLE_pairwise_sum``: 8 accumulators, blocks
+    of 128 split in halves), so a sum here rounds exactly as ``np.add.reduce`` / ``reduceat``."""
+    cdef Py_ssize_t i, n2
+    cdef double res
+    cdef double r[8]
+    if n < 8:
+        res = -0.0
+        for i in range(n):
+            res += a[i]
+        return res
+    elif n <= 128:
+        for i in range(8):
+            r[i] = a[i]
+        i = 8
+        while i < n - (n % 8):
+            r[0] += a[i]
+            r[1] += a[i + 1]
+            r[2] += a[i + 2]
+            r[3] += a[i + 3]
+            r[4] += a[i + 4]
+            r[5] += a[i + 5]
+            r[6] += a[i + 6]
+            r[7] += a[i + 7]
+            i += 8
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        while i < n:
+            res += a[i]
+            i += 1
+        return res
+    n2 = n // 2
+    n2 -= n2 % 8
+    return _pairwise_sum(a, n2) + _pairwise_sum(a + n2, n - n2)
+
+
+def bm25_segments(const double[::1] norm, const int32_t[::1] slots, const int32_t[::1] tfs,
+                  const int64_t[::1] lengths, const double[::1] weights):
+    """BM25 scores of the postings of several query terms, summed per slot.
+
+    ``slots`` / ``tfs`` are the terms' postings one after the other (``lengths[t]`` entries of
+    term ``t``, weight ``weights[t]``).  Each posting contributes ``w·tf / (tf + norm[slot])``
+    (the float64 operations of ``lexical._term_scores``); a slot's contributions are summed in
+    term order as ``np.add.reduceat`` over a stable sort by slot sums them (first term, plus the
+    pairwise sum of the others), so the scores are the numpy path's to the last bit.  Returns
+    ``(slots int64 ascending, scores float64)``.  A slot outside ``norm`` raises ``ValueError``.
+    """
+    cdef Py_ssize_t m = slots.shape[0], nt = lengths.shape[0], t, i, k, pos = 0, r = 0, a, b
+    cdef int64_t total = 0
+    cdef int32_t sl
+    cdef double tf, c, w
+    cdef vector[uint64_t] keys
+    cdef vector[uint64_t] tmp
+    cdef vector[double] contrib
+    cdef vector[double] seg
+    if tfs.shape[0] != m or weights.shape[0] != nt:
+        raise ValueError("slots / tfs and lengths / weights must have matching lengths")
+    for t in range(nt):
+        if lengths[t] < 0:
+            raise ValueError("lengths must be >= 0")
+        total += lengths[t]
+    if total != m:
+        raise ValueError(f"lengths must add up to len(slots) = {m}, got {total}")
+    if m >= 0xFFFFFFFF:
+        raise ValueError("too many postings")
+    for i in range(m):
+        if slots[i] < 0 or slots[i] >= norm.shape[0]:
+            raise ValueError(f"slot {slots[i]} out of range [0, {norm.shape[0]})")
+    out_s = np.empty(m, dtype=np.int64)
+    out_v = np.empty(m, dtype=np.float64)
+    cdef int64_t[::1] os = out_s
+    cdef double[::1] ov = out_v
+    with nogil:
+        keys.resize(m)
+        contrib.resize(m)
+        for t in range(nt):
+            w = weights[t]
+            for k in range(lengths[t]):
+                sl = slots[pos]
+                tf = <double>tfs[pos]
+                c = norm[sl] + tf
+                c = tf / c
+                c = c * w
+                contrib[pos] = c
+                keys[pos] = (<uint64_t><uint32_t>sl << 32) | <uint64_t>pos
+                pos += 1
+        seg.resize(0)
+        tmp.resize(m)
+        # stable by slot (the keys are made in posting order): a slot's postings stay in term order
+        _radix_sort(keys.data(), tmp.data(), m, 4, 7)
+        a = 0
+        while a < m:
+            sl = <int32_t>(keys[a] >> 32)
+            b = a + 1
+            while b < m and <int32_t>(keys[b] >> 32) == sl:
+                b += 1
+            if b - a == 1:
+                c = contrib[keys[a] & 0xFFFFFFFFu]
+            else:
+                seg.resize(b - a)
+                for k in range(b - a):
+                    seg[k] = contrib[keys[a + k] & 0xFFFFFFFFu]
+                c = seg[0]
+                c += _pairwise_sum(&seg[1], b - a - 1)
+            os[r] = sl
+            ov[r] = c
+            r += 1
+            a = b
+    return out_s[:r], out_v[:r]
+
+
 def coo_to_csr(Py_ssize_t n_nodes, const int32_t[::1] src, const int32_t[::1] dst,
                const float[::1] weights, valid=None, inhibitory=None):
     """Counting sort of COO edges into CSR, stable by (src, original position).

@@ -197,6 +197,31 @@ def links_among(graph, nodes):
     return np.array(out, dtype=np.int64).reshape(-1, 2)
 
 
+def bm25_segments(norm, slots, tfs, lengths, weights):
+    """BM25 contributions of several terms' postings summed per slot (see the compiled twin):
+    a stable sort by slot and ``np.add.reduceat``."""
+    slots = np.asarray(slots)
+    if len(tfs) != len(slots) or len(weights) != len(lengths):
+        raise ValueError("slots / tfs and lengths / weights must have matching lengths")
+    if any(n < 0 for n in lengths):
+        raise ValueError("lengths must be >= 0")
+    if int(np.sum(lengths)) != len(slots):
+        raise ValueError(f"lengths must add up to len(slots) = {len(slots)}, got {int(np.sum(lengths))}")
+    if len(slots) and (slots.min() < 0 or slots.max() >= len(norm)):
+        raise ValueError(f"slot out of range [0, {len(norm)})")
+    tf = np.asarray(tfs).astype(np.float64)
+    c = norm[slots]
+    c += tf
+    np.divide(tf, c, out=c)
+    c *= np.repeat(np.asarray(weights, dtype=np.float64), lengths)
+    if not len(slots):
+        return np.zeros(0, np.int64), np.zeros(0, np.float64)
+    order = np.argsort(slots, kind="stable")
+    s_sorted = slots[order]
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(s_sorted)) + 1))
+    return s_sorted[starts].astype(np.int64), np.add.reduceat(c[order], starts)
+
+
 def coo_to_csr(n_nodes, src, dst, weights, valid=None, inhibitory=None):
     """COO -> CSR, stable by (src, original position); see the compiled twin."""
     src = np.asarray(src)

@@ -30,6 +30,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from . import _kernels
 from .tokenizer import DEFAULT_TOKENIZER, RUN_SEPARATOR, Tokenizer, ascii_runs
 
 __all__ = ["BM25Index", "K1", "B"]
@@ -660,23 +661,20 @@ class BM25Index:
         norm = self._norms()
         if len(terms) == 1 or total * 8 < n_slots:
             # few postings: no dense buffer, sort + segment sums
-            parts_s, parts_c = [], []
-            for slots, tfs, w in terms:
-                parts_s.append(slots)
-                parts_c.append(_term_scores(norm, slots, tfs, w))
             if len(terms) == 1:
-                slots = parts_s[0].astype(np.int64)
-                scores = parts_c[0]
+                slots = terms[0][0].astype(np.int64)
+                scores = _term_scores(norm, terms[0][0], terms[0][1], terms[0][2])
                 if slots.shape[0] > 1 and not (slots[1:] > slots[:-1]).all():
                     order = np.argsort(slots, kind="stable")
                     slots, scores = slots[order], scores[order]
             else:
-                all_s = np.concatenate(parts_s)
-                order = np.argsort(all_s, kind="stable")  # stable: query-term order per slot
-                s_sorted = all_s[order]
-                starts = np.concatenate(([0], np.flatnonzero(np.diff(s_sorted)) + 1))
-                slots = s_sorted[starts].astype(np.int64)
-                scores = np.add.reduceat(np.concatenate(parts_c)[order], starts)
+                # compiled: w·tf / (tf + norm) per posting, summed per slot in query-term order
+                # exactly as a stable sort + np.add.reduceat sums them (the twin does just that)
+                slots, scores = _kernels.bm25_segments(
+                    norm, np.concatenate([t[0] for t in terms]).astype(np.int32, copy=False),
+                    np.concatenate([t[1] for t in terms]).astype(np.int32, copy=False),
+                    np.array([t[0].shape[0] for t in terms], dtype=np.int64),
+                    np.array([t[2] for t in terms], dtype=np.float64))
         else:
             if self._buf.shape[0] < n_slots:
                 self._buf = np.zeros(max(n_slots, 2 * self._buf.shape[0]), dtype=np.float64)

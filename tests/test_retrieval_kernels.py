@@ -1,7 +1,7 @@
 """The compiled helpers of the search path (issue 10, "search without the model no worse"):
-``CSR.links_among`` (the seed colouring's adjacency), ``BM25Index.doc_terms`` (the second
-pass's feedback words from the forward index) — each against a plain oracle: the code they
-replaced, or a brute force over the same data."""
+``CSR.links_among`` (the seed colouring's adjacency), ``bm25_segments`` (BM25 sums of several
+terms' postings), ``BM25Index.doc_terms`` (the second pass's feedback words from the forward
+index) — each against a plain oracle: the code they replaced, or a brute force over the same data."""
 from __future__ import annotations
 
 import math
@@ -257,3 +257,70 @@ def test_second_pass_equals_the_text_oracle_bit_for_bit(db_path, clock, monkeypa
         assert len(calls) > 100 and sum(calls) > 50  # the feedback did change scores
     finally:
         mem.close()
+
+
+@st.composite
+def postings(draw):
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = int(rng.integers(1, 41))
+    # sometimes a slot in more than 129 terms: numpy's recursive pairwise sum
+    big = draw(st.booleans()) and n < 8
+    nt = int(rng.integers(130, 300)) if big else int(rng.integers(1, 13))
+    terms = [np.arange(n) if big else np.sort(rng.choice(n, size=int(rng.integers(0, n + 1)), replace=False))
+             for _ in range(nt)]
+    tfs = [rng.integers(1, 10, size=len(t)) for t in terms]
+    weights = (rng.random(nt) * 10.0 ** rng.uniform(-6, 6, size=nt)).tolist()
+    norm = (rng.random(n) * 20 + 0.05).tolist()
+    return n, [t.tolist() for t in terms], [f.tolist() for f in tfs], weights, norm
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=postings())
+def test_bm25_segments_equal_the_numpy_path_bit_for_bit(impl, data):
+    n, terms, tfs, weights, norm = data
+    norm = np.array(norm)
+    # the numpy path lexical._accumulate took before: per-term scores, stable sort, reduceat
+    parts_s = [np.array(t, np.int32) for t in terms]
+    parts_c = []
+    for t, f, w in zip(terms, tfs, weights):
+        tf = np.array(f, np.int32).astype(np.float64)
+        c = norm[np.array(t, np.int64)]
+        c += tf
+        np.divide(tf, c, out=c)
+        c *= w
+        parts_c.append(c)
+    all_s = np.concatenate(parts_s)
+    got = impl.bm25_segments(norm, all_s, np.concatenate([np.array(f, np.int32) for f in tfs]),
+                             np.array([len(t) for t in terms], np.int64), np.array(weights))
+    if not len(all_s):
+        assert got[0].tolist() == [] and got[1].tolist() == []
+        return
+    order = np.argsort(all_s, kind="stable")
+    s_sorted = all_s[order]
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(s_sorted)) + 1))
+    assert got[0].tolist() == s_sorted[starts].tolist()
+    assert got[1].tolist() == np.add.reduceat(np.concatenate(parts_c)[order], starts).tolist()
+    # and against a plain sum (within rounding): the scores are BM25 sums
+    want = {}
+    for t, f, w in zip(terms, tfs, weights):
+        for s, tf in zip(t, f):
+            want[s] = want.get(s, 0.0) + w * tf / (tf + norm[s])
+    assert got[0].tolist() == sorted(want)
+    np.testing.assert_allclose(got[1], [want[s] for s in sorted(want)], rtol=1e-12)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_bm25_segments_bad_input(impl):
+    norm = np.ones(4)
+    one = np.ones(1, np.int32)
+    with pytest.raises(ValueError, match="out of range"):
+        impl.bm25_segments(norm, np.array([4], np.int32), one, np.array([1], np.int64), np.ones(1))
+    with pytest.raises(ValueError, match="out of range"):
+        impl.bm25_segments(norm, np.array([-1], np.int32), one, np.array([1], np.int64), np.ones(1))
+    with pytest.raises(ValueError, match="add up"):
+        impl.bm25_segments(norm, np.array([1], np.int32), one, np.array([2], np.int64), np.ones(1))
+    with pytest.raises(ValueError, match="matching lengths"):
+        impl.bm25_segments(norm, np.array([1], np.int32), one, np.array([1], np.int64), np.ones(2))
+    with pytest.raises(ValueError, match=">= 0"):
+        impl.bm25_segments(norm, np.array([1], np.int32), one, np.array([2, -1], np.int64), np.ones(2))
