@@ -332,15 +332,20 @@ def _graph_bonus(views: Views, table, seed_ids: np.ndarray, seed_energy: np.ndar
     energy = (energy / np.maximum(1.0, seed_deg / p.unit_degree) ** p.degree_power).astype(np.float32)
     got_ids, got_val = [], []
     colour = _seed_colours(views, seed_ids)
+    n_colours = int(colour.max()) + 1
+    # int32 seeds take the kernel wrapper's O(len(seeds)) compiled check; sorted copies for the
+    # "not a seed of this group" test, made once for both directions
+    seeds32 = seed_ids.astype(np.int32)
+    groups = [(seeds32, energy)] if n_colours == 1 else \
+        [(seeds32[colour == c], energy[colour == c]) for c in range(n_colours)]
+    group_sorted = [np.sort(idx).astype(np.int64) for idx, _ in groups]
     for weight, reverse in ((p.graph_forward, False), (p.graph_backward, True)):
         if weight == 0:
             continue
-        for c in range(int(colour.max()) + 1):
-            sel = colour == c
-            idx = seed_ids[sel]
-            nodes, en = views.projection.spread(idx, energy[sel], reverse=reverse, params=kw)
+        for (idx, en_idx), idx_sorted in zip(groups, group_sorted):
+            nodes, en = views.projection.spread(idx, en_idx, reverse=reverse, params=kw)
             nodes = nodes.astype(np.int64)
-            keep = (nodes < len(mask)) & ~_member(np.sort(idx), nodes)
+            keep = (nodes < len(mask)) & ~_member(idx_sorted, nodes)
             keep[keep] = mask[nodes[keep]]
             got_ids.append(nodes[keep])
             got_val.append(en[keep].astype(np.float64) * (weight * e_max / hi))
