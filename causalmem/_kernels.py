@@ -43,9 +43,10 @@ coo_to_csr = _impl.coo_to_csr
 transpose_csr = _impl.transpose_csr
 links_among = _impl.links_among
 bm25_segments = _impl.bm25_segments
+bm25_top = _impl.bm25_top
 
 __all__ = [
     "HAVE_EXTENSION", "compiled", "reference", "spread", "spread_view", "GraphView",
     "validate_seeds", "SpreadWorkspace", "coo_to_csr", "transpose_csr", "links_among",
-    "bm25_segments",
+    "bm25_segments", "bm25_top",
 ]

@@ -1270,6 +1270,71 @@ def bm25_segments(const double[::1] norm, const int32_t[::1] slots, const int32_
     return out_s[:r], out_v[:r]
 
 
+def bm25_top(const int64_t[::1] slot_doc, const int64_t[::1] slots, const double[::1] scores,
+             const uint8_t[::1] allowed, Py_ssize_t top_k):
+    """The best ``top_k`` docs of a BM25 query: ``(doc ids int64, scores float32)``, by float32
+    score descending then doc id ascending (what ``np.lexsort((docs, -scores32))`` orders).
+
+    ``slots`` / ``scores`` are the matched index slots and their float64 scores; ``slot_doc``
+    maps a slot to its doc id (``[0, 2**31)``); ``allowed`` (None: every doc) is a byte per doc
+    id, a doc at or beyond its end not allowed.  A slot or doc id out of range raises
+    ``ValueError``.
+    """
+    cdef Py_ssize_t n = slots.shape[0], i, m = 0, k
+    cdef Py_ssize_t n_docs = slot_doc.shape[0]
+    cdef Py_ssize_t n_allowed = allowed.shape[0] if allowed is not None else 0
+    cdef bint has_allowed = allowed is not None
+    cdef int64_t d, sl
+    cdef float f
+    cdef uint32_t bits, u
+    cdef vector[uint64_t] keys
+    if scores.shape[0] != n:
+        raise ValueError("slots and scores must have the same length")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0, got {top_k}")
+    cdef Py_ssize_t bad = -1
+    with nogil:
+        keys.resize(n)
+        for i in range(n):
+            sl = slots[i]
+            if sl < 0 or sl >= n_docs:
+                bad = i
+                break
+            d = slot_doc[sl]
+            if d < 0 or d >= <int64_t>0x80000000:
+                bad = i
+                break
+            if has_allowed and (d >= n_allowed or not allowed[d]):
+                continue
+            f = <float>scores[i]
+            f = f + <float>0.0          # -0.0 -> 0.0: numpy compares them equal
+            memcpy(&bits, &f, 4)
+            u = bits ^ (0xFFFFFFFFu if (bits >> 31) else 0x80000000u)   # ascending with f
+            keys[m] = ((<uint64_t>(0xFFFFFFFFu - u)) << 32) | <uint64_t>d
+            m += 1
+        k = top_k if top_k < m else m
+        if bad >= 0:
+            k = 0
+        elif k < m:
+            nth_element(keys.begin(), keys.begin() + k, keys.begin() + m)
+        sort(keys.begin(), keys.begin() + k)
+    if bad >= 0:
+        if slots[bad] < 0 or slots[bad] >= n_docs:
+            raise ValueError(f"slot {slots[bad]} out of range [0, {n_docs})")
+        raise ValueError(f"doc id {slot_doc[slots[bad]]} out of range [0, 2**31)")
+    out_d = np.empty(k, dtype=np.int64)
+    out_s = np.empty(k, dtype=np.float32)
+    cdef int64_t[::1] od = out_d
+    cdef float[::1] osc = out_s
+    for i in range(k):
+        od[i] = <int64_t>(keys[i] & 0xFFFFFFFFu)
+        u = 0xFFFFFFFFu - <uint32_t>(keys[i] >> 32)
+        bits = (u ^ 0x80000000u) if (u >> 31) else ~u
+        memcpy(&f, &bits, 4)
+        osc[i] = f
+    return out_d, out_s
+
+
 def coo_to_csr(Py_ssize_t n_nodes, const int32_t[::1] src, const int32_t[::1] dst,
                const float[::1] weights, valid=None, inhibitory=None):
     """Counting sort of COO edges into CSR, stable by (src, original position).

@@ -222,6 +222,33 @@ def bm25_segments(norm, slots, tfs, lengths, weights):
     return s_sorted[starts].astype(np.int64), np.add.reduceat(c[order], starts)
 
 
+def bm25_top(slot_doc, slots, scores, allowed, top_k):
+    """The best ``top_k`` docs of a BM25 query by float32 score, then doc id (see the compiled twin)."""
+    slots = np.asarray(slots, dtype=np.int64)
+    scores = np.asarray(scores, dtype=np.float64)
+    if len(scores) != len(slots):
+        raise ValueError("slots and scores must have the same length")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0, got {top_k}")
+    if len(slots) and (slots.min() < 0 or slots.max() >= len(slot_doc)):
+        raise ValueError(f"slot out of range [0, {len(slot_doc)})")
+    docs = np.asarray(slot_doc)[slots]
+    if len(docs) and (docs.min() < 0 or docs.max() >= 2**31):
+        raise ValueError("doc id out of range [0, 2**31)")
+    if allowed is not None:
+        allowed = np.asarray(allowed).astype(bool)
+        ok = docs < allowed.shape[0]
+        ok[ok] = allowed[docs[ok]]
+        docs, scores = docs[ok], scores[ok]
+    s32 = scores.astype(np.float32)
+    if s32.shape[0] > top_k:
+        kth = np.partition(s32, s32.shape[0] - top_k)[s32.shape[0] - top_k] if top_k else np.inf
+        sel = s32 >= kth
+        docs, s32 = docs[sel], s32[sel]
+    order = np.lexsort((docs, -s32))[:top_k]
+    return docs[order].astype(np.int64, copy=False), s32[order]
+
+
 def coo_to_csr(n_nodes, src, dst, weights, valid=None, inhibitory=None):
     """COO -> CSR, stable by (src, original position); see the compiled twin."""
     src = np.asarray(src)

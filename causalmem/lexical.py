@@ -856,17 +856,8 @@ class BM25Index:
             slots, scores = self._accumulate(query, keep=lower_bound, terms=terms)
         if slots.shape[0] == 0:
             return _EMPTY_IDS.copy(), _EMPTY_SCORES.copy()
-        docs = self._slot_doc[slots]
-        if allowed is not None:
-            ok = docs < allowed.shape[0]
-            ok[ok] = allowed[docs[ok]]
-            docs, scores = docs[ok], scores[ok]
-            if docs.shape[0] == 0:
-                return _EMPTY_IDS.copy(), _EMPTY_SCORES.copy()
-        s32 = scores.astype(np.float32)
-        if s32.shape[0] > top_k:
-            kth = np.partition(s32, s32.shape[0] - top_k)[s32.shape[0] - top_k]
-            sel = s32 >= kth
-            docs, s32 = docs[sel], s32[sel]
-        order = np.lexsort((docs, -s32))[:top_k]
-        return docs[order].astype(np.int64, copy=False), s32[order]
+        # compiled: the allowed docs' float32 scores, best top_k by (score desc, doc id asc)
+        return _kernels.bm25_top(self._slot_doc, np.ascontiguousarray(slots, dtype=np.int64),
+                                 np.ascontiguousarray(scores, dtype=np.float64),
+                                 None if allowed is None else np.ascontiguousarray(allowed).view(np.uint8),
+                                 int(top_k))

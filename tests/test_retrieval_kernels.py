@@ -1,6 +1,6 @@
 """The compiled helpers of the search path (issue 10, "search without the model no worse"):
 ``CSR.links_among`` (the seed colouring's adjacency), ``bm25_segments`` (BM25 sums of several
-terms' postings), ``BM25Index.doc_terms`` (the second pass's feedback words from the forward
+terms' postings), ``bm25_top`` (the allowed docs' best scores), ``BM25Index.doc_terms`` (the second pass's feedback words from the forward
 index) — each against a plain oracle: the code they replaced, or a brute force over the same data."""
 from __future__ import annotations
 
@@ -324,3 +324,55 @@ def test_bm25_segments_bad_input(impl):
         impl.bm25_segments(norm, np.array([1], np.int32), one, np.array([1], np.int64), np.ones(2))
     with pytest.raises(ValueError, match=">= 0"):
         impl.bm25_segments(norm, np.array([1], np.int32), one, np.array([2, -1], np.int64), np.ones(2))
+
+
+def top_oracle(slot_doc, slots, scores, allowed, top_k):
+    """lexical.search's numpy selection as it was: allowed docs, float32 scores, partition, lexsort."""
+    docs = slot_doc[slots]
+    if allowed is not None:
+        ok = docs < allowed.shape[0]
+        ok[ok] = allowed[docs[ok]]
+        docs, scores = docs[ok], scores[ok]
+    s32 = scores.astype(np.float32)
+    if s32.shape[0] > top_k:
+        kth = np.partition(s32, s32.shape[0] - top_k)[s32.shape[0] - top_k]
+        sel = s32 >= kth
+        docs, s32 = docs[sel], s32[sel]
+    order = np.lexsort((docs, -s32))[:top_k]
+    return docs[order].astype(np.int64), s32[order]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), top_k=st.integers(1, 60), masked=st.booleans(), ties=st.booleans())
+def test_bm25_top_equals_the_numpy_selection(impl, seed, top_k, masked, ties):
+    rng = np.random.default_rng(seed)
+    n_slots = int(rng.integers(1, 200))
+    slot_doc = rng.permutation(2 * n_slots + 5)[:n_slots].astype(np.int64)
+    slots = np.sort(rng.choice(n_slots, size=int(rng.integers(0, n_slots + 1)), replace=False)).astype(np.int64)
+    scores = rng.random(len(slots)) * 20
+    if ties:  # many equal float32 scores (and float64 scores that round to one float32)
+        scores = np.round(scores) + rng.integers(0, 2, size=len(slots)) * 1e-12
+    allowed = rng.random(int(rng.integers(0, 2 * n_slots + 10))) < 0.7 if masked else None
+    got = impl.bm25_top(slot_doc, slots, scores, None if allowed is None else allowed.view(np.uint8), top_k)
+    want = top_oracle(slot_doc, slots, scores, allowed, top_k)
+    assert got[0].dtype == np.int64 and got[1].dtype == np.float32
+    assert got[0].tolist() == want[0].tolist()
+    assert got[1].tolist() == want[1].tolist()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_bm25_top_bad_input(impl):
+    slot_doc = np.array([5, 2**31, 7], np.int64)
+    with pytest.raises(ValueError, match="out of range"):
+        impl.bm25_top(slot_doc, np.array([3], np.int64), np.ones(1), None, 5)
+    with pytest.raises(ValueError, match="out of range"):
+        impl.bm25_top(slot_doc, np.array([-1], np.int64), np.ones(1), None, 5)
+    with pytest.raises(ValueError, match="doc id"):
+        impl.bm25_top(slot_doc, np.array([1], np.int64), np.ones(1), None, 5)
+    with pytest.raises(ValueError, match="same length"):
+        impl.bm25_top(slot_doc, np.array([0], np.int64), np.ones(2), None, 5)
+    with pytest.raises(ValueError, match="top_k"):
+        impl.bm25_top(slot_doc, np.array([0], np.int64), np.ones(1), None, -1)
+    d, sc = impl.bm25_top(slot_doc, np.array([0, 2], np.int64), np.array([1.0, 3.0]), None, 5)
+    assert d.tolist() == [7, 5] and sc.tolist() == [3.0, 1.0]
