@@ -802,6 +802,15 @@ class BM25Index:
             out.append([names[t] for t in self._fwd_term[s:s + int(self._slot_nterms[slot])].tolist()])
         return out
 
+    def document_frequencies(self, terms: Sequence[str]) -> np.ndarray:
+        """``document_frequency`` of each term (int64; 0 for an unknown term), in one lookup."""
+        tid = self._term_id
+        ids = np.fromiter((tid.get(t, -1) for t in terms), dtype=np.int64, count=len(terms))
+        out = np.zeros(len(ids), dtype=np.int64)
+        known = ids >= 0
+        out[known] = self._df[ids[known]]
+        return out
+
     def document_frequency(self, term: str) -> int:
         """Live documents containing ``term`` (a token as the tokenizer produces it); 0 if unknown."""
         tid = self._term_id.get(term)

@@ -150,15 +150,26 @@ class Projection:
         links left out), as the retrieval's degree normalisation needs them: links a search
         learned must not dilute what a turn's own neighbours send it."""
         graph, extra = self.current()
-        parts = [graph.forward, graph.reverse] + (list(extra) if extra is not None else [])
-        deg = np.zeros(len(nodes), dtype=np.float64)
-        for csr in parts:
-            ip = csr.indptr
-            inside = nodes < len(ip) - 1
-            idx = nodes[inside]
-            deg[inside] += ip[idx + 1] - ip[idx]
-        inside = nodes < len(self._co_deg)
-        deg[inside] -= self._co_deg[nodes[inside]]
+        parts = [graph.forward.indptr, graph.reverse.indptr] + (
+            [extra[0].indptr, extra[1].indptr] if extra is not None else [])
+        # integer counts, exact in any order; nodes inside every part (the usual case) are read
+        # without a mask
+        deg = np.zeros(len(nodes), dtype=np.int64)
+        top = int(nodes.max()) if len(nodes) else -1
+        for ip in parts:
+            if top < len(ip) - 1:
+                deg += ip[nodes + 1] - ip[nodes]
+            else:
+                inside = nodes < len(ip) - 1
+                idx = nodes[inside]
+                deg[inside] += ip[idx + 1] - ip[idx]
+        co = self._co_deg
+        if top < len(co):
+            deg -= co[nodes]
+        else:
+            inside = nodes < len(co)
+            deg[inside] -= co[nodes[inside]]
+        deg = deg.astype(np.float64)
         learned = self._overlay.learned_deg
         if learned:
             deg -= np.fromiter((learned.get(int(n), 0) for n in nodes), dtype=np.float64, count=len(nodes))

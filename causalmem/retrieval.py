@@ -394,8 +394,9 @@ def _second_pass(views: Views, lexical, query: str, mask: np.ndarray, nids: np.n
             if w not in q:
                 tf[w] = tf.get(w, 0) + 1
     n = max(lexical.n_docs, 1)
-    weight = {w: c * math.log(1 + (n - (df := lexical.document_frequency(w)) + 0.5) / (df + 0.5))
-              for w, c in tf.items()}
+    cand = list(tf)
+    weight = {w: tf[w] * math.log(1 + (n - df + 0.5) / (df + 0.5))
+              for w, df in zip(cand, lexical.document_frequencies(cand).tolist())}
     terms = sorted(tf, key=lambda w: (-weight[w], w))[: p.prf_terms]
     if not terms:
         return nids, scores

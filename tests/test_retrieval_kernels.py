@@ -189,6 +189,8 @@ def test_doc_terms_are_the_tokenized_texts(ops, compact):
         else:
             assert terms is None
     assert ix.doc_terms([-1, 10**9]) == [None, None]
+    vocab = sorted({w for terms in got if terms for w in terms}) + ["never-seen"]
+    assert ix.document_frequencies(vocab).tolist() == [ix.document_frequency(w) for w in vocab]
 
 
 def second_pass_oracle(views, lexical, query, mask, nids, scores, lex_ids, depth, p):
