@@ -1335,6 +1335,86 @@ def bm25_top(const int64_t[::1] slot_doc, const int64_t[::1] slots, const double
     return out_d, out_s
 
 
+def bonus_sum(list nodes_list, list energy_list, list exclude_list, const double[::1] scales,
+              const uint8_t[::1] mask):
+    """What several spreads send each node, summed: ``(nodes int64 ascending, sums float64)``.
+
+    Spread ``i`` gave ``nodes_list[i]`` (int32) / ``energy_list[i]`` (float32); a node counts when
+    it is inside ``mask`` (a byte per node, beyond its end: no) and not in ``exclude_list[i]``
+    (int64, ascending: that spread's own seeds), with ``energy · scales[i]`` in float64.  A node's
+    contributions are summed from 0.0 in the order the spreads and their entries come, which is
+    what ``np.unique(..., return_inverse=True)`` + ``np.bincount(weights=...)`` over the
+    concatenated kept entries gives.  A negative node raises ``ValueError``.
+    """
+    cdef Py_ssize_t n_sp = len(nodes_list), i, j, k, lo, hi, mid, total = 0, m = 0, a, b, r = 0
+    cdef Py_ssize_t n_mask = mask.shape[0], n_ex
+    cdef const int32_t[::1] nd
+    cdef const float[::1] en
+    cdef const int64_t[::1] ex
+    cdef int32_t x
+    cdef double sc, acc
+    cdef vector[uint64_t] keys
+    cdef vector[uint64_t] tmp
+    cdef vector[double] contrib
+    if len(energy_list) != n_sp or len(exclude_list) != n_sp or scales.shape[0] != n_sp:
+        raise ValueError("one energy array, one exclude array and one scale per spread")
+    for i in range(n_sp):
+        nd = nodes_list[i]
+        en = energy_list[i]
+        if en.shape[0] != nd.shape[0]:
+            raise ValueError("nodes and energies of a spread must have the same length")
+        total += nd.shape[0]
+    if total >= 0xFFFFFFFF:
+        raise ValueError("too many entries")
+    keys.resize(total)
+    contrib.resize(total)
+    for i in range(n_sp):
+        nd = nodes_list[i]
+        en = energy_list[i]
+        ex = exclude_list[i]
+        n_ex = ex.shape[0]
+        sc = scales[i]
+        for j in range(nd.shape[0]):
+            x = nd[j]
+            if x < 0:
+                raise ValueError(f"node {x} is negative")
+            if x >= n_mask or not mask[x]:
+                continue
+            lo = 0
+            hi = n_ex
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if ex[mid] < x:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo < n_ex and ex[lo] == x:
+                continue
+            contrib[m] = <double>en[j] * sc
+            keys[m] = (<uint64_t><uint32_t>x << 32) | <uint64_t>m
+            m += 1
+    out_n = np.empty(m, dtype=np.int64)
+    out_v = np.empty(m, dtype=np.float64)
+    cdef int64_t[::1] on = out_n
+    cdef double[::1] ov = out_v
+    with nogil:
+        tmp.resize(m)
+        _radix_sort(keys.data(), tmp.data(), m, 4, 7)
+        a = 0
+        while a < m:
+            x = <int32_t>(keys[a] >> 32)
+            acc = 0.0
+            b = a
+            while b < m and <int32_t>(keys[b] >> 32) == x:
+                acc += contrib[keys[b] & 0xFFFFFFFFu]
+                b += 1
+            on[r] = x
+            ov[r] = acc
+            r += 1
+            a = b
+    return out_n[:r], out_v[:r]
+
+
 def coo_to_csr(Py_ssize_t n_nodes, const int32_t[::1] src, const int32_t[::1] dst,
                const float[::1] weights, valid=None, inhibitory=None):
     """Counting sort of COO edges into CSR, stable by (src, original position).

@@ -249,6 +249,30 @@ def bm25_top(slot_doc, slots, scores, allowed, top_k):
     return docs[order].astype(np.int64, copy=False), s32[order]
 
 
+def bonus_sum(nodes_list, energy_list, exclude_list, scales, mask):
+    """What several spreads send each node, summed (see the compiled twin): the kept entries
+    concatenated, ``np.unique(return_inverse=True)`` + ``np.bincount``."""
+    if not len(energy_list) == len(exclude_list) == len(scales) == len(nodes_list):
+        raise ValueError("one energy array, one exclude array and one scale per spread")
+    mask = np.asarray(mask).astype(bool)
+    ids, vals = [], []
+    for nodes, en, ex, sc in zip(nodes_list, energy_list, exclude_list, scales):
+        if len(en) != len(nodes):
+            raise ValueError("nodes and energies of a spread must have the same length")
+        nodes = np.asarray(nodes).astype(np.int64)
+        if len(nodes) and nodes.min() < 0:
+            raise ValueError(f"node {nodes.min()} is negative")
+        keep = (nodes < len(mask)) & ~np.isin(nodes, ex)
+        keep[keep] = mask[nodes[keep]]
+        ids.append(nodes[keep])
+        vals.append(np.asarray(en)[keep].astype(np.float64) * float(sc))
+    all_ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    if not len(all_ids):
+        return np.zeros(0, np.int64), np.zeros(0, np.float64)
+    keys, inv = np.unique(all_ids, return_inverse=True)
+    return keys, np.bincount(inv, weights=np.concatenate(vals), minlength=len(keys))
+
+
 def coo_to_csr(n_nodes, src, dst, weights, valid=None, inhibitory=None):
     """COO -> CSR, stable by (src, original position); see the compiled twin."""
     src = np.asarray(src)

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import ingest, metadata_filter
+from . import _kernels, ingest, metadata_filter
 from .config import Config
 from .store.base import ChunkRow, StoreBackend
 from .types import Chunk, Hit, to_timestamp
@@ -330,7 +330,7 @@ def _graph_bonus(views: Views, table, seed_ids: np.ndarray, seed_energy: np.ndar
     energy = hi * seed_energy / e_max * (0.5 + 0.5 * table.q[seed_ids])
     seed_deg = views.projection.degrees(seed_ids)
     energy = (energy / np.maximum(1.0, seed_deg / p.unit_degree) ** p.degree_power).astype(np.float32)
-    got_ids, got_val = [], []
+    got_nodes, got_en, got_seeds, got_scale = [], [], [], []
     colour = _seed_colours(views, seed_ids)
     n_colours = int(colour.max()) + 1
     # int32 seeds take the kernel wrapper's O(len(seeds)) compiled check; sorted copies for the
@@ -344,18 +344,18 @@ def _graph_bonus(views: Views, table, seed_ids: np.ndarray, seed_energy: np.ndar
             continue
         for (idx, en_idx), idx_sorted in zip(groups, group_sorted):
             nodes, en = views.projection.spread(idx, en_idx, reverse=reverse, params=kw)
-            nodes = nodes.astype(np.int64)
-            keep = (nodes < len(mask)) & ~_member(idx_sorted, nodes)
-            keep[keep] = mask[nodes[keep]]
-            got_ids.append(nodes[keep])
-            got_val.append(en[keep].astype(np.float64) * (weight * e_max / hi))
-    if not got_ids:
+            got_nodes.append(nodes)
+            got_en.append(en)
+            got_seeds.append(idx_sorted)
+            got_scale.append(weight * e_max / hi)
+    if not got_nodes:
         return np.empty(0, np.int64), np.empty(0)
-    ids = np.concatenate(got_ids)
-    if not len(ids):
-        return ids, np.empty(0)
-    keys, inv = np.unique(ids, return_inverse=True)
-    val: np.ndarray = np.bincount(inv, weights=np.concatenate(got_val), minlength=len(keys))
+    # compiled: each spread's nodes inside the scope and not among its own seeds, energy x scale
+    # in float64, summed per node in spread order (= np.unique + np.bincount over them)
+    keys, val = _kernels.bonus_sum(got_nodes, got_en, got_seeds, np.array(got_scale, dtype=np.float64),
+                                   np.ascontiguousarray(mask).view(np.uint8))
+    if not len(keys):
+        return keys, np.empty(0)
     val = val * np.maximum(1.0, views.projection.degrees(keys) / p.unit_degree) ** -p.degree_power
     return keys, np.clip(val, -p.graph_cap * e_max, p.graph_cap * e_max)
 

@@ -1,6 +1,7 @@
 """The compiled helpers of the search path (issue 10, "search without the model no worse"):
 ``CSR.links_among`` (the seed colouring's adjacency), ``bm25_segments`` (BM25 sums of several
-terms' postings), ``bm25_top`` (the allowed docs' best scores), ``BM25Index.doc_terms`` (the second pass's feedback words from the forward
+terms' postings), ``bm25_top`` (the allowed docs' best scores),
+``bonus_sum`` (what the graph bonus's spreads send each node), ``BM25Index.doc_terms`` (the second pass's feedback words from the forward
 index) — each against a plain oracle: the code they replaced, or a brute force over the same data."""
 from __future__ import annotations
 
@@ -378,3 +379,51 @@ def test_bm25_top_bad_input(impl):
         impl.bm25_top(slot_doc, np.array([0], np.int64), np.ones(1), None, -1)
     d, sc = impl.bm25_top(slot_doc, np.array([0, 2], np.int64), np.array([1.0, 3.0]), None, 5)
     assert d.tolist() == [7, 5] and sc.tolist() == [3.0, 1.0]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_bonus_sum_equals_unique_and_bincount(impl, seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    n_sp = int(rng.integers(0, 6))
+    nodes = [rng.permutation(n)[: int(rng.integers(0, n + 1))].astype(np.int32) for _ in range(n_sp)]
+    energy = [(rng.standard_normal(len(x)) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32) for x in nodes]
+    exclude = [np.sort(rng.choice(n, size=int(rng.integers(0, 6)), replace=False)).astype(np.int64)
+               for _ in range(n_sp)]
+    scales = rng.random(n_sp) * 7
+    mask = rng.random(int(rng.integers(0, n + 5))) < 0.8
+    got = impl.bonus_sum(nodes, energy, exclude, scales, mask.view(np.uint8))
+    # the code _graph_bonus ran before, spread by spread
+    ids, vals = [], []
+    for x, e, ex, sc in zip(nodes, energy, exclude, scales):
+        x = x.astype(np.int64)
+        keep = (x < len(mask)) & ~np.isin(x, ex)
+        keep[keep] = mask[x[keep]]
+        ids.append(x[keep])
+        vals.append(e[keep].astype(np.float64) * sc)
+    all_ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    if not len(all_ids):
+        assert got[0].tolist() == [] and got[1].tolist() == []
+        return
+    keys, inv = np.unique(all_ids, return_inverse=True)
+    assert got[0].tolist() == keys.tolist()
+    assert got[1].tolist() == np.bincount(inv, weights=np.concatenate(vals), minlength=len(keys)).tolist()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_bonus_sum_bad_input(impl):
+    mask = np.ones(4, np.uint8)
+    one = [np.array([1], np.int32)]
+    with pytest.raises(ValueError, match="negative"):
+        impl.bonus_sum([np.array([-1], np.int32)], [np.ones(1, np.float32)], [np.zeros(0, np.int64)],
+                       np.ones(1), mask)
+    with pytest.raises(ValueError, match="same length"):
+        impl.bonus_sum(one, [np.ones(2, np.float32)], [np.zeros(0, np.int64)], np.ones(1), mask)
+    with pytest.raises(ValueError, match="per spread"):
+        impl.bonus_sum(one, [np.ones(1, np.float32)], [], np.ones(1), mask)
+    keys, val = impl.bonus_sum([np.array([3, 1, 9], np.int32), np.array([1], np.int32)],
+                               [np.array([1, 2, 4], np.float32), np.array([0.5], np.float32)],
+                               [np.array([3], np.int64), np.zeros(0, np.int64)], np.array([1.0, 2.0]), mask)
+    assert keys.tolist() == [1] and val.tolist() == [3.0]  # 3: own seed; 9: beyond the mask
