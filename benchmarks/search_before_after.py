@@ -7,8 +7,10 @@ store that checkout can open (an old checkout cannot open a newer schema: build 
 the old checkout, e.g. ``store_bench.build_store`` or ``search_speed.open_store``, and give the new
 one a copy, which it migrates), with the queries in ``OLD_DB.queries.json`` (a JSON list of
 strings). Two persistent processes answer the same queries alternately, one query at a time,
-so the load of a shared machine hits both alike; printed: wall p50/p95 of each and the median
-per-query ratio of process CPU time (new / old). ``embedder=None``, ``reinforce=False``.
+so the load of a shared machine hits both alike; printed: wall p50/p95 of each (the first run
+of a query), CPU p50 (its second run), how many queries found something (queries made of the
+store's own words all should: ``search_speed.queries`` takes 3-5 words of a stored turn) and the
+median per-query ratio of process CPU time (new / old). ``embedder=None``, ``reinforce=False``.
 """
 from __future__ import annotations
 
@@ -32,12 +34,12 @@ print("ready", flush=True)
 for line in sys.stdin:
     q = json.loads(line)
     t = time.perf_counter()
-    mem.search(q, reinforce=False, **kw)
+    hits = mem.search(q, reinforce=False, **kw)
     dt = (time.perf_counter() - t) * 1000
     t = time.process_time()
     mem.search(q, reinforce=False, **kw)
     ct = (time.process_time() - t) * 1000
-    print(json.dumps([dt, ct]), flush=True)
+    print(json.dumps([dt, ct, len(hits)]), flush=True)
 """
 
 
@@ -67,7 +69,9 @@ def main() -> None:
         p.wait()
     for k, (tree, db) in enumerate(specs):
         w = [r[0] for r in res[k]]
-        print(f"{tree} {db}: wall p50 {np.percentile(w, 50):.2f} ms, p95 {np.percentile(w, 95):.2f} ms")
+        c = [r[1] for r in res[k]]
+        print(f"{tree} {db}: wall p50 {np.percentile(w, 50):.2f} ms, p95 {np.percentile(w, 95):.2f} ms, "
+              f"CPU p50 {np.percentile(c, 50):.2f} ms; queries with hits {sum(r[2] > 0 for r in res[k])}/{len(qs)}")
     print("load average at the end: %.2f / %.2f / %.2f" % os.getloadavg())
     ratio = [b[1] / a[1] for a, b in zip(res[0], res[1]) if a[1] > 0]
     print(f"per-query CPU time, new / old: median {statistics.median(ratio):.3f} ({len(ratio)} queries)")
