@@ -150,7 +150,7 @@ PG_SKIPS: dict[str, str] = {
     "test_change_seq.py::test_two_copies_of_one_file_part_ways": "copies the SQLite file (a restore from a "
     "backup) to compare the two histories' counters",
     "test_write_fastpaths.py::test_version_2_file_migrates_to_leaner_indexes": "builds a schema-2 SQLite file "
-    "with the sqlite3 module and checks its indexes (the PostgreSQL migration to 3: test_postgres.py::test_a_schema_2_memory_is_migrated_to_3_in_place)",
+    "with the sqlite3 module and checks its indexes (the PostgreSQL migrations to 3 and 4: test_postgres.py::test_a_schema_2_memory_is_migrated_to_4_in_place)",
     "test_oneshot_writer.py::test_one_shot_writers_touch_no_index_file_and_load_no_model": "index files in "
     "<db>.idx/ next to a SQLite file; a PostgreSQL memory has none",
     "test_sidecar.py::": "sidecar index files live next to a SQLite file; a PostgreSQL memory has none",
