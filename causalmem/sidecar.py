@@ -267,8 +267,12 @@ def remove(directory: Path | None, kind: str) -> None:
 JOURNAL = "journal.log"
 #: appends stop once the journal is this big (the next reader rebuilds and saves, which empties it)
 JOURNAL_MAX_BYTES = 8 << 20
-#: the kinds of ids an entry names (``Views`` defines what each means for the views)
-JOURNAL_KINDS = ("ci", "cu", "ct", "ei", "ex", "eu", "o")
+#: the kinds of ids an entry names (``Views`` defines what each means for the views); ``v``: chunks
+#: whose vector rows were stored (the vector index files catch up from these, ``vector_index.py``)
+JOURNAL_KINDS = ("ci", "cu", "ct", "ei", "ex", "eu", "o", "v")
+#: what the text views and the graph read from a chain (stored vectors are not their business: a
+#: backfill of a million vectors must not make their catch-up look too big)
+VIEW_KINDS = ("ci", "cu", "ct", "ei", "ex", "eu", "o")
 
 
 def _ranges(ids: Any) -> list[list[int]]:
@@ -302,8 +306,10 @@ def append_journal(directory: Path | None, from_seq: int, to_seq: int, delta: Ma
     if directory is None:
         return False
     path = directory / JOURNAL
+    # "w": this writer names its stored vectors (kind ``v``); an entry without it (an earlier
+    # version's) is no link of a chain the vector index catches up along
     body = {"f": _seq_text(from_seq), "t": _seq_text(to_seq),
-            "d": {k: _ranges(v) for k, v in delta.items() if k in JOURNAL_KINDS and len(v)}}
+            "d": {k: _ranges(v) for k, v in delta.items() if k in JOURNAL_KINDS and len(v)}, "w": 1}
     text = json.dumps(body, separators=(",", ":"))
     line = f"{text} {zlib.crc32(text.encode()):08x}\n".encode()
     try:
@@ -320,8 +326,9 @@ def append_journal(directory: Path | None, from_seq: int, to_seq: int, delta: Ma
         os.close(fd)
 
 
-def _journal_entries(directory: Path) -> list[tuple[int, int, dict]]:
-    """The intact entries of the journal, in file order (a damaged line is left out)."""
+def _journal_entries(directory: Path) -> list[tuple[int, int, dict, int]]:
+    """The intact entries (from, to, ids by kind, "w" flag) of the journal, in file order (a damaged
+    line is left out)."""
     try:
         raw = (directory / JOURNAL).read_bytes()
     except OSError:
@@ -333,25 +340,27 @@ def _journal_entries(directory: Path) -> list[tuple[int, int, dict]]:
             if int(crc, 16) != zlib.crc32(text):
                 continue
             body = json.loads(text.decode())
-            out.append((int(body["f"]), int(body["t"]), dict(body["d"])))
+            out.append((int(body["f"]), int(body["t"]), dict(body["d"]), int(body.get("w", 0))))
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):
             continue
     return out
 
 
 def read_chain(directory: Path | None, from_seq: int, to_seq: int, *,
-               max_ids: int | None = None) -> dict[str, np.ndarray] | None:
-    """The rows changed between ``from_seq`` and ``to_seq`` (sorted distinct ids by kind), from an
-    unbroken chain of journal entries; None when the journal has no such chain (a gap: rebuild),
-    or when the chain names more than ``max_ids`` ids (a rebuild is cheaper). An empty dict when
-    ``from_seq == to_seq``."""
+               max_ids: int | None = None, kinds: tuple[str, ...] = VIEW_KINDS,
+               vectors: bool = False) -> dict[str, np.ndarray] | None:
+    """The rows changed between ``from_seq`` and ``to_seq`` (sorted distinct ids by kind, of
+    ``kinds`` only), from an unbroken chain of journal entries; None when the journal has no such
+    chain (a gap: rebuild), or when the chain names more than ``max_ids`` ids of ``kinds`` (a rebuild
+    is cheaper). ``vectors``: only entries whose writer named its stored vectors are links. An empty
+    dict when ``from_seq == to_seq``."""
     if from_seq == to_seq:
         return {}
     if directory is None or to_seq < from_seq:
         return None
     by_from: dict[int, list[tuple[int, dict]]] = {}
-    for f, t, d in _journal_entries(directory):
-        if from_seq <= f < t <= to_seq:
+    for f, t, d, w in _journal_entries(directory):
+        if from_seq <= f < t <= to_seq and (w or not vectors):
             by_from.setdefault(f, []).append((t, d))
     # the counter only grows, so the path is found by walking forward; a branch (an entry of a
     # commit lost with a crash of the database, a restored copy) is a dead end tried and left
@@ -374,6 +383,8 @@ def read_chain(directory: Path | None, from_seq: int, to_seq: int, *,
             for k, runs in d.items():
                 if k not in JOURNAL_KINDS:
                     raise SidecarMismatch(f"unknown journal kind {k!r}")
+                if k not in kinds:
+                    continue
                 ids = _unranges(runs)
                 total += ids.size
                 if max_ids is not None and total > max_ids:
@@ -412,15 +423,16 @@ def prune_journal(directory: Path | None, keep_from: int) -> None:
     entries = _journal_entries(directory)
     if not entries and not path.exists():
         return
-    keep = [(f, t, d) for f, t, d in entries if t > keep_from]
+    keep = [(f, t, d, w) for f, t, d, w in entries if t > keep_from]
     try:
         if not keep:
             path.unlink(missing_ok=True)
             return
         fd, tmp = tempfile.mkstemp(prefix=".journal.", suffix=".tmp", dir=directory)
         with os.fdopen(fd, "wb") as fh:
-            for f, t, d in keep:
-                text = json.dumps({"f": _seq_text(f), "t": _seq_text(t), "d": d}, separators=(",", ":"))
+            for f, t, d, w in keep:
+                body = {"f": _seq_text(f), "t": _seq_text(t), "d": d, **({"w": 1} if w else {})}
+                text = json.dumps(body, separators=(",", ":"))
                 fh.write(f"{text} {zlib.crc32(text.encode()):08x}\n".encode())
         os.replace(tmp, path)
     except OSError as exc:

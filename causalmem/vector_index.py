@@ -62,6 +62,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
+from .sidecar import read_chain
+
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
 
@@ -1078,6 +1080,10 @@ def fold_segment(vi: VectorIndex, seg: AnnSegment | None, ids: np.ndarray, mat: 
 _PAGE = 20_000
 #: a load reading at most this many vectors from the store is quick enough for a first search to wait
 FAST_STORE_READ = 30_000
+#: journal kinds that change which vector a chunk has in the index (inserted, updated — e.g. deleted —,
+#: retexted, vector stored) and the most ids a catch-up of the index files re-reads
+CATCH_UP_KINDS = ("ci", "cu", "ct", "v")
+CATCH_UP_MAX_IDS = 200_000
 #: a store with at least this many vectors and no usable sidecar gets its segment built straight from
 #: the store (its vectors never sit in the exact delta); smaller ones are loaded exact, then folded
 DIRECT_BUILD = 200_000
@@ -1116,6 +1122,7 @@ class IndexKeeper:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.loads = 0
+        self.catch_ups = 0  # loads from files of an earlier state, caught up along the journal
         stop_at_exit(self, "keeper")
 
     def kick(self) -> None:
@@ -1237,25 +1244,36 @@ class IndexKeeper:
         if directory is not None and vi.ann_min is not None:
             head = _read_header(directory) if (directory / HEADER).exists() else None
             seq = head.get("seq") if head is not None else None
+            chain: dict[str, np.ndarray] | None = None
             if seq is not None:
                 with self.views.lock:
                     current = self.views._read_seq()
                 if seq == current:
+                    chain = {}
+                elif current is not None:  # files of an earlier state: caught up along the journal
+                    chain = read_chain(directory, int(seq), current, max_ids=CATCH_UP_MAX_IDS, kinds=CATCH_UP_KINDS,
+                                       vectors=True)
+                if chain is not None:
                     vi.plan(fast=True)
             seg, why = open_sidecar(directory, model, vi, head) if head is not None else (
                 (None, "no index file") if not (directory / HEADER).exists() else (None, "unreadable header"))
             if seg is None and why != "no index file":
                 log.warning("causalmem: vector index %s not used (%s): rebuilding it", directory, why)
                 remove_sidecar(directory)
-            if seg is not None and vi.loading_fast and head is not None:
+            if seg is not None and chain is not None and head is not None:
                 got = read_delta(directory, head, dim)
-                if got is not None:  # the files hold the database's vectors at its current change_seq
+                if got is not None:  # the files hold the database's vectors at the header's change_seq
                     extra, gone = got
                     seg.tombstone(gone)
+                    n_caught = 0
+                    if chain:
+                        extra, n_caught = self._caught_up(seg, extra, chain, model, dim)
                     if self._install(vi, seg, extra, loaded=True):
                         self.loads += 1
-                        log.info("causalmem: vector index mapped in %.3f s (files current; %d in the delta)",
-                                 time.perf_counter() - t0, extra[0].shape[0])
+                        self.catch_ups += bool(chain)
+                        log.info("causalmem: vector index mapped in %.3f s (files %s; %d in the delta)",
+                                 time.perf_counter() - t0, f"caught up: {n_caught} rows re-read" if chain else
+                                 "current", extra[0].shape[0])
                         self._verify(vi, seg, directory)
                     return
                 log.warning("causalmem: vector index delta file in %s is damaged: checking every vector", directory)
@@ -1286,6 +1304,18 @@ class IndexKeeper:
                      time.perf_counter() - t0, "persisted segment" if seg is not None else why, extra[0].shape[0])
             if seg is not None and directory is not None:
                 self._verify(vi, seg, directory)
+
+    def _caught_up(self, seg: AnnSegment, extra: tuple[np.ndarray, np.ndarray, np.ndarray],
+                   chain: dict[str, np.ndarray], model: str, dim: int
+                   ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], int]:
+        """The stamped files patched with the journal's rows: every chunk inserted, updated, retexted or
+        given a vector since the stamp is masked in the segment and the delta, and its current vector
+        (a live chunk's, of its current text) re-read from the store."""
+        ids = np.unique(np.concatenate([chain.get(k, np.zeros(0, np.int64)) for k in CATCH_UP_KINDS]))
+        seg.tombstone(ids)
+        keep = ~np.isin(extra[0], ids)
+        got = self._read_vectors(model, ids, dim)
+        return tuple(np.concatenate([a[keep], b]) for a, b in zip(extra, got)), int(ids.shape[0])  # type: ignore
 
     def _plan_store_read(self, vi: VectorIndex, model: str) -> None:
         """A load that reads the store: quick (a first search may wait for it) up to ``FAST_STORE_READ``

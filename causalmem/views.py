@@ -188,6 +188,7 @@ class Views:
             return
         self.store.put_embeddings(EmbeddingRow(nid, emb.model_name, emb.dim, text_hash(t), vector_to_blob(v))
                                   for nid, t, v in items)
+        self._note("v", [nid for nid, _, _ in items])  # the vector index files catch up from these
 
     # ------------------------------------------------------------------ background embedding
     def reset_embedded_mark(self) -> None:
