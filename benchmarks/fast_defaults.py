@@ -47,16 +47,64 @@ from store_bench import bench_writes, vocab  # noqa: E402
 from causalmem import Memory  # noqa: E402
 
 
+SUBJ = ["the deploy", "the migration", "the nightly job", "the cache", "the api gateway", "the build",
+        "the database", "the payment service", "the search index", "the worker pool"]
+VERB = ["failed after", "slowed down after", "recovered after", "timed out during", "crashed after",
+        "sped up after", "was rolled back after", "passed after", "ran out of memory after", "stalled during"]
+OBJ = ["the config change", "the kernel upgrade", "the schema change", "the traffic spike", "the cache flush",
+       "the library bump", "the failover", "the index rebuild", "the load test", "the retry storm"]
+
+
 def sentences(rng: np.random.Generator, n: int) -> list[str]:
     """English-like decision/outcome sentences (the model sees realistic lengths)."""
-    subj = ["the deploy", "the migration", "the nightly job", "the cache", "the api gateway", "the build",
-            "the database", "the payment service", "the search index", "the worker pool"]
-    verb = ["failed after", "slowed down after", "recovered after", "timed out during", "crashed after",
-            "sped up after", "was rolled back after", "passed after", "ran out of memory after", "stalled during"]
-    obj = ["the config change", "the kernel upgrade", "the schema change", "the traffic spike", "the cache flush",
-           "the library bump", "the failover", "the index rebuild", "the load test", "the retry storm"]
     a = rng.integers(0, 10, size=(n, 3))
-    return [f"{subj[i]} {verb[j]} {obj[k]} #{m}" for m, (i, j, k) in enumerate(a)]
+    return [f"{SUBJ[i]} {VERB[j]} {OBJ[k]} #{m}" for m, (i, j, k) in enumerate(a)]
+
+
+# How a user asks about a stored sentence: the same thing in other words (a question, a synonym, a
+# verb in another form, a time qualifier) — it shares some words with the store, never all of them.
+_Q_SUBJ = [["the deploy", "deployment", "our deploys"], ["the migration", "db migration", "migrating"],
+           ["the nightly job", "nightly batch job", "the cron job"], ["the cache", "caching layer", "cache"],
+           ["the api gateway", "gateway", "the API"], ["the build", "CI build", "builds"],
+           ["the database", "db", "postgres database"], ["the payment service", "payments", "billing service"],
+           ["the search index", "search", "index search"], ["the worker pool", "workers", "background workers"]]
+_Q_VERB = [["why did {s} fail after {o}", "{s} failing after {o}", "what broke {s} after {o}"],
+           ["why was {s} slow after {o}", "{s} slowdown after {o}", "{s} got slower after {o}?"],
+           ["did {s} recover after {o}", "{s} recovery after {o}", "how did {s} come back after {o}"],
+           ["{s} timeouts during {o}", "why did {s} time out during {o}", "{s} timing out in {o}"],
+           ["{s} crash after {o}", "what crashed {s} after {o}", "why did {s} crash after {o}"],
+           ["why was {s} faster after {o}", "{s} speedup after {o}", "did {s} speed up after {o}"],
+           ["why was {s} rolled back after {o}", "{s} rollback after {o}", "rolling back {s} after {o}"],
+           ["did {s} pass after {o}", "{s} passing after {o}", "{s} green again after {o}"],
+           ["{s} out of memory after {o}", "{s} OOM after {o}", "why did {s} run out of memory after {o}"],
+           ["{s} stalled during {o}", "why did {s} stall during {o}", "{s} stuck during {o}"]]
+_Q_OBJ = [["the config change", "changing the config", "a configuration change"],
+          ["the kernel upgrade", "upgrading the kernel", "the new kernel"],
+          ["the schema change", "changing the schema", "a schema migration"],
+          ["the traffic spike", "a spike in traffic", "high traffic"],
+          ["the cache flush", "flushing the cache", "a cache purge"],
+          ["the library bump", "bumping the library", "a dependency upgrade"],
+          ["the failover", "failing over", "a failover"],
+          ["the index rebuild", "rebuilding the index", "a reindex"],
+          ["the load test", "load testing", "the stress test"],
+          ["the retry storm", "a storm of retries", "retries piling up"]]
+_Q_WHEN = ["", "", " last week", " yesterday", " in production", " on friday", " again", " this morning",
+           " in staging", " last night", " during the release", " after lunch"]
+
+
+def paraphrases(rng: np.random.Generator, n: int) -> list[str]:
+    """``n`` distinct questions about the store's sentences (see above): every one encoded by the
+    search (the query-vector LRU never answers), every one sharing words with stored texts."""
+    out: list[str] = []
+    seen: set[str] = set()
+    while len(out) < n:
+        i, j, k = (int(x) for x in rng.integers(0, 10, size=3))
+        pick = lambda opts: opts[int(rng.integers(len(opts)))]  # noqa: E731
+        q = pick(_Q_VERB[j]).format(s=pick(_Q_SUBJ[i]), o=pick(_Q_OBJ[k])) + pick(_Q_WHEN)
+        if q not in seen:
+            seen.add(q)
+            out.append(q)
+    return out
 
 
 def bench_default_writes(tmp: Path, rng, n_batches: int) -> dict:
@@ -197,6 +245,104 @@ def latency(mem: Memory, queries: list[str], **kw) -> tuple[float, float]:
     return float(np.percentile(lat, 50)), float(np.percentile(lat, 95))
 
 
+def embedded_store(stores: Path, n: int) -> tuple[Path, dict]:
+    """The real-model store of ``n`` chunks in ``stores`` (built once, kept): ``n / 2``
+    decision/outcome pairs (``sentences``) written by ``record_many`` at the default
+    ``Memory(path)`` in batches of 5,000 pairs, every text embedded by the background worker
+    (the ONNX int8 MiniLM when installed), ``flush()``, ``close()`` (which writes the index files)."""
+    path = stores / f"embedded_{n}.db"
+    meta = stores / f"embedded_{n}.json"
+    if path.exists() and meta.exists():
+        return path, json.loads(meta.read_text())
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    shutil.rmtree(str(path) + ".idx", ignore_errors=True)
+    rng = np.random.default_rng(n + 1)
+    mem = Memory(path)  # the default: model installed, background embedding
+    t = time.perf_counter()
+    for lo in range(0, n // 2, 5000):
+        k = min(5000, n // 2 - lo)
+        mem.record_many(list(zip(sentences(rng, k), [s + " outcome" for s in sentences(rng, k)])))
+    mem.flush()
+    info = {"build_s": time.perf_counter() - t, "embedder": repr(mem.embedder), "chunks": n}
+    mem.close()
+    settle(path)
+    meta.write_text(json.dumps(info))
+    return path, info
+
+
+def settle(path: Path) -> None:
+    """What a long-lived process leaves behind: open, search, wait until the vector index is built
+    (folded into its segment), close — the index files (``<db>.idx/``) are current."""
+    mem = Memory(path)
+    mem.search("the deploy failed", reinforce=False)
+    assert mem._views.wait_vectors(3600, folded=True)
+    mem.search("the deploy failed", reinforce=False)
+    mem.close()
+
+
+def semantic_latency(path: Path, queries: list[str]) -> dict:
+    """Warm search latency on ``path`` at the default ``Memory(path)``, each query once per
+    configuration, the configurations alternating per query: the default search (three channels,
+    query encoded: distinct queries, the LRU never answers), the lexical+graph-only search (the
+    peer), and the two stages of the semantic channel alone: encoding the query, the vector-index
+    search (``candidates`` ids within the scope)."""
+    mem = Memory(path)
+    views = mem._views
+    mem.search("warm up the model and the index files", reinforce=False)
+    views.wait_vectors(120)
+    mem.search("warm up once more", reinforce=False)
+    vi = views.vectors
+    emb = views.embedder
+    from causalmem.retrieval import _params_for
+    depth = max(_params_for(views.config).candidates, 20)
+    t = {"default": [], "lexical+graph": [], "encode": [], "vector search": [], "semantic only": []}
+    for r, q in enumerate(queries):
+        order = ["default", "lexical+graph"] if r % 2 == 0 else ["lexical+graph", "default"]
+        for name in order:
+            views.query_cache.clear()
+            t0 = time.perf_counter()
+            if name == "default":
+                mem.search(q, reinforce=False)
+            else:
+                mem.search(q, reinforce=False, channels=("lexical", "graph"))
+            t[name].append((time.perf_counter() - t0) * 1000)
+        t0 = time.perf_counter()
+        qv = np.asarray(emb.encode([q]), dtype=np.float32)[0]
+        t["encode"].append((time.perf_counter() - t0) * 1000)
+        mask = views.chunks.scope_mask()
+        t0 = time.perf_counter()
+        vi.search(qv, top_k=depth, allowed=mask)
+        t["vector search"].append((time.perf_counter() - t0) * 1000)
+        views.query_cache.clear()
+        t0 = time.perf_counter()
+        mem.search(q, reinforce=False, channels=("semantic",))
+        t["semantic only"].append((time.perf_counter() - t0) * 1000)
+    hits = mem.search(queries[0], reinforce=False, explain=True)
+    cov = hits[0].signals["semantic_coverage"] if hits else None
+    out = {k: (float(np.percentile(v, 50)), float(np.percentile(v, 90))) for k, v in t.items()}
+    out["coverage"] = cov
+    out["index"] = repr(vi)
+    out["embedder"] = repr(emb)
+    mem._views.save_sidecars = lambda: []  # the store's files stay as built
+    mem.close()
+    return out
+
+
+def semantic_rows(stores: Path, n: int, n_queries: int, row) -> None:
+    path, info = embedded_store(stores, n)
+    qs = paraphrases(np.random.default_rng(11), n_queries)
+    s = semantic_latency(path, qs)
+    (p50, p90), (l50, l90) = s["default"], s["lexical+graph"]
+    row(f"`search` with the model, {n:,} chunks embedded with the real model ({info['embedder']}; "
+        f"store built + embedded at the default in {info['build_s']:.0f} s); {len(qs)} distinct questions "
+        "paraphrasing stored sentences (every one encoded)",
+        f"p50 {p50:.2f} ms, p90 {p90:.2f} ms; of which: query encode p50 {s['encode'][0]:.2f} ms, vector-index "
+        f"search p50 {s['vector search'][0]:.2f} ms; semantic channel alone p50 {s['semantic only'][0]:.2f} ms; "
+        f"coverage {s['coverage']}",
+        f"lexical+graph only p50 {l50:.2f} ms, p90 {l90:.2f} ms", "≤ 10 ms p50")
+
+
 def write_rows(tmp: Path, rng, words, args, row) -> None:
     """The write rows: ``record_many`` at the default vs ``embedder=None``, background embedding
     (default encoder vs torch), ``record_many`` without the model vs raw sqlite3."""
@@ -229,18 +375,25 @@ def main() -> None:
     ap.add_argument("--peer", default="4bf789f", help="revision of the one-shot writer peer ('' to skip)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the one-shot writer rows")
     ap.add_argument("--skip-writes", action="store_true", help="no write / background rows")
+    ap.add_argument("--semantic", type=int, default=0,
+                    help="only the search-with-the-model row on the kept real-model store of this many chunks "
+                         "in --stores (built there by --build-only)")
     args = ap.parse_args()
     rng = np.random.default_rng(7)
     words = vocab(rng)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if args.build_only:
         assert args.stores, "--build-only needs --stores"
+        if args.semantic:
+            embedded_store(Path(args.stores), args.semantic)
         for n in sizes:
             path, q = cold_store(Path(args.stores), n, np.random.default_rng(n), words, args.queries)
             cold_start(path, "None", q[0], runs=1, close=True)  # writes the index files (all three)
         return
+    argv = ["DIR" if k and sys.argv[k] == args.stores and sys.argv[k - 1] == "--stores" else a
+            for k, a in enumerate(sys.argv)]  # no machine path in the report
     lines = ["# Fast at the defaults (issue 10)", "",
-             f"`python benchmarks/fast_defaults.py {' '.join(sys.argv[1:])}`".replace(" `", "`"), "",
+             f"`python benchmarks/fast_defaults.py {' '.join(argv[1:])}`".replace(" `", "`"), "",
              "| what | figure | peer in the same run | target |", "|---|---|---|---|"]
 
     def row(what, fig, peer, target):
@@ -250,6 +403,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="causalmem-fast-") as d:
         tmp = Path(d)
         lines.insert(3, f"Load average at the start: {load_text()}.")
+        if args.semantic:
+            assert args.stores, "--semantic needs --stores (the kept real-model store)"
+            semantic_rows(Path(args.stores), args.semantic, args.queries, row)
+            lines.extend(["", f"Load average at the end: {load_text()}."])
+            write_report(lines, args.out)
+            return
         if not args.skip_writes:
             write_rows(tmp, rng, words, args, row)
         stores = Path(args.stores) if args.stores else tmp

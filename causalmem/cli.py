@@ -121,7 +121,9 @@ def cmd_embed(args, out) -> int:
     """Vectors for every chunk without a current one (the background queue), with a progress bar."""
     from .memory import Memory
 
-    with Memory(args.db or default_db(), embedder="auto") as mem:
+    from .embedding import drain_handed_off
+
+    with Memory(args.db or default_db(), embedder=args.embedder) as mem:
         if mem.embedder is None:
             print("causalmem: error: no embedder installed (pip install 'causalmem[onnx]' or '[semantic]')",
                   file=sys.stderr)
@@ -133,8 +135,9 @@ def cmd_embed(args, out) -> int:
             sys.stderr.write(f"\rembedding [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,}")
             sys.stderr.flush()
 
-        n = mem.reembed(progress=bar)
-        sys.stderr.write("\n")
+        n = drain_handed_off(mem._views, mem._views.sidecar_dir, None if args.no_progress else bar)
+        if not args.no_progress:
+            sys.stderr.write("\n")
         print(f"embedded {n} chunks with {mem.embedder.model_name}", file=out)
     return 0
 
@@ -312,8 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--action", choices=["annotate", "retire"], default="annotate",
                     help="what supersession does to an outdated lesson (default: annotate)")
     sl.set_defaults(func=cmd_sleep)
-    sub.add_parser("embed", help="compute the vectors still missing (writes embed in the background), "
-                   "with a progress bar").set_defaults(func=cmd_embed)
+    em = sub.add_parser("embed", help="compute the vectors still missing (writes embed in the background), "
+                        "with a progress bar")
+    em.add_argument("--embedder", default="auto", help="embedder spec, as Memory(embedder=...) takes it "
+                    "(default: auto)")
+    em.add_argument("--no-progress", action="store_true", help="no progress bar")
+    em.set_defaults(func=cmd_embed)
     sub.add_parser("demo", help="build the DevOps example (in a temporary database, or in --db) and query it"
                    ).set_defaults(func=cmd_demo)
     ex = sub.add_parser("export", help="write the whole memory to a versioned JSON-lines file (backup, move)")

@@ -15,13 +15,32 @@ was being encoded stays in the queue (never a stale vector). ``wait(timeout)`` b
 queue was seen empty after the call began; ``stop()`` ends the thread after its current batch
 (the rest of the queue stays for the next open). Failures of the embedder are logged, kept in
 ``error`` and re-raised by ``wait``; the next ``kick`` tries again.
+
+Who drains the queue of a short-lived process (a CLI call, a worker per request: it closes before
+the deferred start, ``WORKER_START_DELAY_S``) — the rule at ``close()`` without ``drain``:
+
+* a process that committed chunks still without vectors and whose model is already loaded (it
+  searched with the model, or its worker ran) embeds them itself, for at most ``CLOSE_DRAIN_S``;
+* what is left (or everything, when the model is not loaded: a writer never loads it just to
+  write) is handed to a detached ``causalmem embed`` process for the same file and embedder spec,
+  one at a time per store (an exclusive ``flock`` on ``<db>.idx/embed.lock``, taken by the closing
+  process and inherited by the child): while one runs, a closing writer starts none — the running
+  one looks at the queue again after it released the lock and goes on when it finds rows;
+* not handed off: an embedder given as an object (the child could not rebuild it), a store without
+  a file (``:memory:``, PostgreSQL), or ``CAUSALMEM_EMBED_HANDOFF=0`` in the environment; then the
+  queue waits for the next process that stays open a second (``RESUME_DELAY_S``), ``flush()``,
+  ``close(drain=True)`` or ``causalmem embed``.
 """
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -39,6 +58,87 @@ logger = logging.getLogger("causalmem")
 Progress = Callable[[int, int], None]
 #: texts per encode call inside a batch (the worker checks for a stop between them)
 _SUB_BATCH = 64
+#: seconds a closing process with its model loaded spends embedding its own backlog
+CLOSE_DRAIN_S = 0.5
+#: ``0`` turns the hand-off to a detached ``causalmem embed`` off (the test suite does)
+HANDOFF_ENV = "CAUSALMEM_EMBED_HANDOFF"
+#: the descriptor of the inherited embed lock, in a handed-off ``causalmem embed``
+LOCK_FD_ENV = "CAUSALMEM_EMBED_LOCK_FD"
+LOCK_NAME = "embed.lock"
+
+
+def model_loaded(emb: Any) -> bool:
+    """Whether ``emb`` has its model in memory already (an encode now costs no load)."""
+    return any(getattr(emb, a, None) is not None for a in ("_sess", "_sess_one", "_model"))
+
+
+def handoff_enabled() -> bool:
+    return os.environ.get(HANDOFF_ENV, "1").strip() != "0"
+
+
+def try_lock(directory: Path) -> int | None:
+    """The store's embed lock, taken without waiting: its descriptor, or None when another process
+    holds it (or it cannot be taken here)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - no flock on this platform: no hand-off
+        return None
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def hand_off(db_path: str, spec: str, directory: Path) -> bool:
+    """Start a detached ``causalmem embed`` for ``db_path`` with embedder ``spec`` unless one holds the
+    store's embed lock; True when started. The child inherits the lock (and drops it when done)."""
+    fd = try_lock(directory)
+    if fd is None:
+        return False
+    try:
+        pkg_root = str(Path(__file__).resolve().parents[1])  # this very causalmem, whatever sys.path says
+        env = {**os.environ, LOCK_FD_ENV: str(fd), HANDOFF_ENV: "0",
+               "PYTHONPATH": os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p)}
+        subprocess.Popen([sys.executable, "-m", "causalmem", "-q", "--db", db_path, "embed", "--embedder", spec,
+                          "--no-progress"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True, pass_fds=(fd,), env=env)
+        logger.info("causalmem: %s: the embedding queue handed to a detached `causalmem embed`", db_path)
+        return True
+    except OSError as exc:
+        logger.warning("causalmem: could not start `causalmem embed` for %s: %s", db_path, exc)
+        return False
+    finally:
+        os.close(fd)
+
+
+def drain_handed_off(views: "Views", directory: Path | None, progress: Progress | None = None) -> int:
+    """``causalmem embed``: embed the queue; when started by a hand-off (``LOCK_FD_ENV``), drop the
+    inherited lock, look at the queue once more (a writer that found the lock held started nobody)
+    and go on — lock taken again — while rows keep coming."""
+    done = views.reembed(views.embedder.model_name if views.embedder else "", progress)
+    fd_text = os.environ.pop(LOCK_FD_ENV, None)
+    if fd_text is None or directory is None:
+        return done
+    fd: int | None = int(fd_text)
+    while fd is not None:
+        os.close(fd)  # released: from now on a closing writer starts its own child
+        emb = views.embedder
+        with views.lock:
+            views.sync_external()
+            left = emb is not None and bool(views.store.chunks_missing_embedding(emb.model_name, limit=1))
+        if not left:
+            break
+        fd = try_lock(directory)
+        if fd is not None:
+            done += embed_pending(views, progress=progress)
+    return done
 def _embed_batch(views: "Views", batch: list[tuple[int, str]], stopping: Callable[[], bool] = lambda: False) -> int:
     """Encode ``batch`` (no lock held) and store it; returns how many vectors were stored."""
     emb = views.embedder
@@ -148,6 +248,12 @@ class EmbeddingWorker:
         stop_at_exit(self, "worker")  # a thread killed inside a native encoder aborts the process
         self._timer: threading.Timer | None = None
         self._deferred: threading.Timer | None = None  # the start after a write (``kick_deferred``)
+        self._wrote = 0  # the request of this process's last write without vectors
+
+    @property
+    def own_backlog(self) -> bool:
+        """Whether chunks this process wrote may still be without vectors."""
+        return self._done < self._wrote
 
     @property
     def running(self) -> bool:
@@ -168,6 +274,7 @@ class EmbeddingWorker:
             if self._stop:
                 return
             self._kicks += 1
+            self._wrote = self._kicks
             if self.running:
                 self._cond.notify_all()
                 return

@@ -53,6 +53,7 @@ import atexit
 import importlib.util
 import json
 import logging
+import mmap
 import os
 import threading
 import time
@@ -78,6 +79,8 @@ QUANTIZATIONS = ("f32", "f16", "i8")
 UNKNOWN_HASH = -(1 << 63)
 FORMAT = "causalmem-vectors-2"
 _EMPTY = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
+#: releases a mapping's pages after a gather (None where the platform has no madvise)
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", None) if hasattr(mmap.mmap, "madvise") else None
 
 
 def usearch_available() -> bool:
@@ -262,9 +265,11 @@ def _bits(m: np.ndarray, center: np.ndarray) -> np.ndarray:
 
 
 class Rows:
-    """A segment's vectors in key order, read by row: an array in memory, or a ``.npy`` file read with
-    ``pread`` (never memory-mapped, so reading a few hundred rows per search adds nothing to the RSS;
-    the file's pages stay in the page cache)."""
+    """A segment's vectors in key order, read by row: an array in memory, or a ``.npy`` file. The rows
+    a search rescores (a few hundred, scattered) are gathered from a read-only shared mapping of the
+    file in one numpy take (one ``pread`` per row cost 3-16 ms per search at 100k); after each take
+    the mapping's pages are released (``madvise(MADV_DONTNEED)``: they stay in the page cache, the
+    process's RSS does not grow with the searches). Whole-file passes read big blocks with ``pread``."""
 
     def __init__(self, dim: int, dtype: str, *, array: np.ndarray | None = None, path: Path | None = None) -> None:
         self.dim, self.dtype = dim, dtype
@@ -274,6 +279,8 @@ class Rows:
         self.rowbytes = dim * self._np.itemsize
         self.fd = -1
         self.offset = 0
+        self._map: mmap.mmap | None = None
+        self._view: np.ndarray | None = None
         if array is not None:
             self.n = int(array.shape[0])
             return
@@ -289,8 +296,22 @@ class Rows:
         if os.path.getsize(path) != self.offset + self.n * self.rowbytes:
             raise ValueError("rows file size does not match its header")
         self.fd = os.open(path, os.O_RDONLY)
+        if self.n:
+            try:
+                self._map = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
+                self._view = np.frombuffer(self._map, dtype=self._np, count=self.n * dim,
+                                           offset=self.offset).reshape(self.n, dim)
+            except (OSError, ValueError):  # no mapping: rows are read with pread
+                self._map = self._view = None
 
     def close(self) -> None:
+        self._view = None
+        if getattr(self, "_map", None) is not None:
+            try:
+                self._map.close()  # type: ignore[union-attr]
+            except BufferError:  # pragma: no cover - a view still exported: closed with the object
+                pass
+            self._map = None
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -315,6 +336,15 @@ class Rows:
             return np.zeros((0, self.dim), dtype=np.float32)
         if self.array is not None:
             return _dequantised(self.array[pos])
+        view = self._view
+        if view is not None:
+            out = _dequantised(view[pos])  # a copy: the mapping's pages can go at once
+            if _DONTNEED is not None:
+                try:
+                    self._map.madvise(_DONTNEED)  # type: ignore[union-attr]
+                except (OSError, ValueError):
+                    pass
+            return out
         uniq, back = np.unique(pos, return_inverse=True)
         cuts = np.flatnonzero(np.diff(uniq) != 1) + 1
         starts = np.concatenate([[0], cuts])

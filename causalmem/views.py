@@ -24,7 +24,8 @@ import numpy as np
 
 from . import sidecar
 from .chunks import ChunkTable
-from .embedding import EmbeddingWorker, Progress, embed_pending
+from .embedding import CLOSE_DRAIN_S, EmbeddingWorker, Progress, embed_pending, hand_off, handoff_enabled, \
+    model_loaded
 from .config import Config
 from .lexical import BM25Index
 from .onnx_embedder import QueryVectorCache
@@ -242,8 +243,10 @@ class Views:
         return self.keeper.wait_idle(timeout) if folded else True
 
     def close(self, *, drain: bool = False) -> None:
-        """``Memory.close``: stop the worker (``drain``: after it embedded the queue), write the queued
+        """``Memory.close``: stop the worker (``drain``: after it embedded the queue; else the rule of
+        ``embedding.py``: a small own backlog embedded here, the rest handed off), write the queued
         reinforcement (dropped with a log line if the file refuses it), close the store."""
+        handoff = False if drain else self._settle_queue()
         self.stop_worker(drain=drain)  # outside the lock: the worker's last batch needs it
         with self.lock:
             if getattr(self.store, "_closed", False):
@@ -258,6 +261,23 @@ class Views:
                     self.stamp_vectors()  # never raises
                 finally:
                     self.store.close()
+        if handoff and self.sidecar_dir is not None:
+            hand_off(str(self.store.path), str(self._embedder_spec), self.sidecar_dir)
+
+    def _settle_queue(self) -> bool:
+        """At close: embed this process's own backlog when its model is loaded (at most
+        ``CLOSE_DRAIN_S``); True when rows it wrote are still without vectors and may be handed off."""
+        worker = self._worker
+        if worker is None or not worker.own_backlog or self._closed:
+            return False
+        if model_loaded(self._embedder):
+            try:
+                if worker.wait(CLOSE_DRAIN_S):
+                    return False
+            except RuntimeError as exc:  # the embedder failed: the queue stays in the store
+                log.warning("causalmem: embedding at close failed: %s", exc)
+                return False
+        return isinstance(self._embedder_spec, str) and self.sidecar_dir is not None and handoff_enabled()
 
     def flush(self) -> int:
         """``Memory.flush``: wait for every vector, then write the queued reinforcement."""
