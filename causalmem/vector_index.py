@@ -945,7 +945,8 @@ class SegmentWriter:
         head = {"format": FORMAT, "model": model, "dim": vi.dim, "dtype": vi.quantization, "graph": "b1-hamming",
                 "connectivity": vi.connectivity, "count": int(keys.shape[0]), "gen": self.gen,
                 "center": [float(c) for c in center], "seq": None, "delta": None, "saved_at": time.time(),
-                "files": {k: [p.name, p.stat().st_size, _checksum(p)] for k, p in files.items()}}
+                "files": {k: [p.name, p.stat().st_size, _checksum(p)] for k, p in files.items()},
+                "rows_stat": _stat_sig(files["rows"])}
         before = _read_header(directory)
         _write_header(directory, head)
         _tidy(directory, _named(head), _named(before))
@@ -1005,12 +1006,26 @@ def open_sidecar(directory: Path, model: str, vi: VectorIndex, head: dict[str, A
     return AnnSegment(index, keys, hashes, rows, center, path=files["usearch"], gen=str(head["gen"])), "ok"
 
 
+def _stat_sig(path: Path) -> list[int]:
+    """(inode, mtime ns, size) of a file: a rows file is written once per generation and never in place,
+    so a write to it (a damaged or replaced file) changes this."""
+    st = path.stat()
+    return [int(st.st_ino), int(st.st_mtime_ns), int(st.st_size)]
+
+
 def verify_rows(directory: Path, seg: AnnSegment, stopping: Any = lambda: False) -> bool | None:
     """Whether the segment's rows file still has the checksum its header recorded (None: stopped, or the
-    header names another generation now)."""
+    header names another generation now). The whole file (1.5 GB at 1M f32) is read only when its
+    (inode, mtime, size) differs from the one recorded when it was written and checksummed — not on
+    every open; damage that leaves all three unchanged (bit rot under the file system) goes unseen."""
     head = _read_header(directory)
     if head is None or head.get("gen") != seg.gen or seg.rows.path is None:
         return None
+    try:
+        if head.get("rows_stat") == _stat_sig(seg.rows.path):
+            return True
+    except OSError:
+        return False
     got = _checksum(seg.rows.path, stopping)
     return None if got is None else got == int(head["files"]["rows"][2])
 

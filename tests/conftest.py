@@ -168,8 +168,8 @@ PG_SKIPS: dict[str, str] = {
     "opens the SQLite file and its <db>.idx/ vector index files",
     "test_vector_index.py::test_the_resume_scan_is_skipped_when_the_index_shows_every_chunk_embedded": "counts the "
     "SQLite backend's queue scans on a store with <db>.idx/ vector index files",
-    "test_vector_index_catchup.py::test_a_fresh_reader": "the vector index files in <db>.idx/ and their journal "
-    "next to a SQLite file",
+    "test_vector_index_catchup.py::": "the vector index files in <db>.idx/ and their journal next to a SQLite "
+    "file",
     "test_oneshot_embed.py::": "the hand-off of the embedding queue takes a lock in <db>.idx/ next to a SQLite "
     "file; a PostgreSQL memory's queue waits for the next long-lived opener",
 }

@@ -182,3 +182,34 @@ def test_a_gap_in_the_chain_or_an_older_writer_means_the_slow_path(tmp_path):
     sidecar.prune_journal(d, 10)  # keeps both entries and each one's flag
     assert sidecar.read_chain(d, 10, 11, kinds=("ci", "v"), vectors=True) is not None
     assert sidecar.read_chain(d, 10, 12, kinds=("ci", "v"), vectors=True) is None
+
+
+def test_the_rows_file_is_read_whole_only_when_it_changed_since_it_was_written(db_path, monkeypatch):
+    """The check after an open from the files reads the whole rows file (1.5 GB at 1M) only when its
+    (inode, mtime, size) differs from the one recorded when it was written and checksummed."""
+    from causalmem import vector_index as vx
+
+    with Memory(db_path, embedder=ClusterEmbedder(), config=Config(vector_ann_min=100)) as mem:
+        mem.record_many([_pair(i) for i in range(300)])
+        mem.flush()
+        assert mem._views.wait_vectors(120, folded=True)
+        mem.search("warm up topic 1", reinforce=False)
+    head = json.loads((sidecar_dir(db_path) / "vectors.json").read_text())
+    rows = sidecar_dir(db_path) / head["files"]["rows"][0]
+    read = []
+    real = vx._checksum
+    monkeypatch.setattr(vx, "_checksum", lambda p, *a: read.append(Path(p).name) or real(p, *a))
+
+    def open_and_search() -> None:
+        with Memory(db_path, embedder=ClusterEmbedder(), config=Config(vector_ann_min=100)) as mem:
+            hits = mem.search(_pair(7)[0], top_k=1, channels=("semantic",), reinforce=False)
+            assert hits[0].text == _pair(7)[0]
+            assert mem._views.keeper.wait_idle(60)
+            assert mem._views.vectors is not None and mem._views.vectors.segment is not None  # kept
+
+    open_and_search()
+    assert rows.name not in read, read  # graph and keys are checked, the rows file is not re-read
+    st = rows.stat()
+    os.utime(rows, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # written to since: read it whole
+    open_and_search()
+    assert rows.name in read, read
