@@ -121,8 +121,6 @@ def cmd_embed(args, out) -> int:
     """Vectors for every chunk without a current one (the background queue), with a progress bar."""
     from .memory import Memory
 
-    from .embedding import drain_handed_off
-
     with Memory(args.db or default_db(), embedder=args.embedder) as mem:
         if mem.embedder is None:
             print("causalmem: error: no embedder installed (pip install 'causalmem[onnx]' or '[semantic]')",
@@ -135,7 +133,7 @@ def cmd_embed(args, out) -> int:
             sys.stderr.write(f"\rembedding [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,}")
             sys.stderr.flush()
 
-        n = drain_handed_off(mem._views, mem._views.sidecar_dir, None if args.no_progress else bar)
+        n = mem.reembed(progress=None if args.no_progress else bar)
         if not args.no_progress:
             sys.stderr.write("\n")
         print(f"embedded {n} chunks with {mem.embedder.model_name}", file=out)

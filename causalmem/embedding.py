@@ -118,27 +118,34 @@ def hand_off(db_path: str, spec: str, directory: Path) -> bool:
         os.close(fd)
 
 
-def drain_handed_off(views: "Views", directory: Path | None, progress: Progress | None = None) -> int:
-    """``causalmem embed``: embed the queue; when started by a hand-off (``LOCK_FD_ENV``), drop the
-    inherited lock, look at the queue once more (a writer that found the lock held started nobody)
-    and go on — lock taken again — while rows keep coming."""
-    done = views.reembed(views.embedder.model_name if views.embedder else "", progress)
+def continue_handed_off(views: "Views", progress: Progress | None = None) -> int:
+    """In a ``causalmem embed`` started by a hand-off (``LOCK_FD_ENV``), after its pass over the queue:
+    drop the inherited lock, look at the queue once more (a writer that found the lock held started
+    nobody) and go on — lock taken again — while rows keep coming; returns how many more it embedded."""
     fd_text = os.environ.pop(LOCK_FD_ENV, None)
-    if fd_text is None or directory is None:
-        return done
+    directory = views.sidecar_dir
+    if fd_text is None:
+        return 0
+    done = 0
     fd: int | None = int(fd_text)
     while fd is not None:
         os.close(fd)  # released: from now on a closing writer starts its own child
         emb = views.embedder
+        if emb is None or directory is None:
+            break
         with views.lock:
             views.sync_external()
-            left = emb is not None and bool(views.store.chunks_missing_embedding(emb.model_name, limit=1))
+            left = bool(views.store.chunks_missing_embedding(emb.model_name, limit=1))
         if not left:
             break
         fd = try_lock(directory)
         if fd is not None:
+            with views.lock:
+                views.reset_embedded_mark()
             done += embed_pending(views, progress=progress)
     return done
+
+
 def _embed_batch(views: "Views", batch: list[tuple[int, str]], stopping: Callable[[], bool] = lambda: False) -> int:
     """Encode ``batch`` (no lock held) and store it; returns how many vectors were stored."""
     emb = views.embedder

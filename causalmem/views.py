@@ -24,8 +24,8 @@ import numpy as np
 
 from . import sidecar
 from .chunks import ChunkTable
-from .embedding import CLOSE_DRAIN_S, EmbeddingWorker, Progress, embed_pending, hand_off, handoff_enabled, \
-    model_loaded
+from .embedding import CLOSE_DRAIN_S, EmbeddingWorker, Progress, continue_handed_off, embed_pending, hand_off, \
+    handoff_enabled, model_loaded
 from .config import Config
 from .lexical import BM25Index
 from .onnx_embedder import QueryVectorCache
@@ -337,7 +337,8 @@ class Views:
         """Vectors for every chunk whose text or model changed, in this thread; returns how many."""
         with self.lock:
             self.reset_embedded_mark()  # look at every chunk
-        return embed_pending(self, progress=progress)
+        done = embed_pending(self, progress=progress)
+        return done + continue_handed_off(self, progress)  # a handed-off ``causalmem embed``: until no rows come
 
     # ------------------------------------------------------------------ reads
     def tables(self) -> tuple[ChunkTable, BM25Index]:

@@ -113,10 +113,11 @@ def test_a_process_with_its_model_loaded_embeds_its_own_rows_at_close(tmp_path):
     assert not (Path(str(db) + ".idx") / LOCK_NAME).exists()
 
 
-def test_while_one_embedder_runs_a_closing_writer_starts_none_and_nothing_is_lost(tmp_path):
+def test_while_one_embedder_runs_a_closing_writer_starts_none_and_nothing_is_lost(tmp_path, monkeypatch):
     """The lock is held (as by a running detached embedder): writers closing meanwhile start no child;
     the holder, once done, finds their rows when it looks at the queue again after releasing the lock."""
-    from causalmem.embedding import LOCK_FD_ENV, drain_handed_off
+    from causalmem import views as views_mod
+    from causalmem.embedding import LOCK_FD_ENV
 
     db = tmp_path / "agent.db"
     directory = Path(str(db) + ".idx")
@@ -129,20 +130,19 @@ def test_while_one_embedder_runs_a_closing_writer_starts_none_and_nothing_is_los
     time.sleep(1.0)
     assert _missing(db) == (10, 10)  # nobody started: the lock is held
     # the holder: what a handed-off ``causalmem embed`` runs (the lock's descriptor in its environment)
-    os.environ[LOCK_FD_ENV] = str(fd)
-    try:
-        with Memory(db) as m:
-            # rows committed by a writer after the holder's first pass, before it released the lock
-            real = m._views.reembed
+    real = views_mod.embed_pending
+    passes = []
 
-            def first_pass_then_a_write(*a, **kw):
-                n = real(*a, **kw)
-                _run(WRITER.format(db=str(db), i=9, search=""))  # finds the lock held: starts nobody
-                return n
+    def first_pass_then_a_write(*a, **kw):
+        n = real(*a, **kw)
+        if not passes:  # rows committed after the holder's pass, before it released the lock
+            _run(WRITER.format(db=str(db), i=9, search=""))  # finds the lock held: starts nobody
+        passes.append(n)
+        return n
 
-            m._views.reembed = first_pass_then_a_write
-            n = drain_handed_off(m._views, directory)
-    finally:
-        os.environ.pop(LOCK_FD_ENV, None)
-    assert n == 14 and _missing(db) == (0, 14)
+    monkeypatch.setattr(views_mod, "embed_pending", first_pass_then_a_write)
+    monkeypatch.setenv(LOCK_FD_ENV, str(fd))
+    with Memory(db) as m:
+        n = m.reembed()
+    assert passes == [10] and n == 14 and _missing(db) == (0, 14)
     assert _wait_lock_free(db, 5)
