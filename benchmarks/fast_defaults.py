@@ -22,6 +22,21 @@ exists (the machine is shared; the ratio is the comparable number):
 
 The cold-start stores are kept in ``--stores DIR`` when given (built there once: run
 ``--build-only`` with other jobs allowed, then the timed run alone on the machine).
+
+The search-with-the-model row on the real-model store (issue 10's "100k chunks embedded with the
+real model"), kept in ``--stores DIR``:
+
+    python benchmarks/fast_defaults.py --stores DIR --build-only --sizes "" --semantic 100000
+    python benchmarks/fast_defaults.py --stores DIR --sizes "" --semantic 100000 --queries 200
+
+The build writes 50,000 ``record_many`` pairs of ``sentences`` (batches of 5,000 pairs) at the
+default ``Memory(path)``, the background worker embeds every text with the default encoder,
+``flush``, ``close``; then one more open searches, waits until the vector index is folded into its
+segment and closes (the index files current, as a long-lived process leaves them). The timed run
+asks ``paraphrases``: distinct questions about stored sentences in other words (they share words
+with the store, so the lexical and graph channels work too), each once per configuration —
+default search and lexical+graph only, alternating — plus the stages alone: encoding the query,
+the vector-index search.
 """
 from __future__ import annotations
 
