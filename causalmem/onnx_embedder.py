@@ -295,6 +295,16 @@ class QueryVectorCache:
         with self._lock:
             self._data.clear()
 
+    def peek(self, embedder: Any, text: str) -> np.ndarray | None:
+        """The cached vector of ``text`` (counted as a hit), or None without encoding."""
+        key = (str(embedder.model_name), text)
+        with self._lock:
+            vec = self._data.get(key)
+            if vec is not None:
+                self._data.move_to_end(key)
+                self.hits += 1
+            return vec
+
     def get(self, embedder: Any, text: str) -> np.ndarray:
         """The (read-only) vector of ``text`` under ``embedder``, encoding it on a miss."""
         if not isinstance(text, str):

@@ -129,8 +129,9 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
     top_k = int(top_k)
     depth = max(p.candidates, 2 * top_k)
     qvec = None
+    encoded = None
     if "semantic" in chans and views.embedder is not None:
-        qvec = views.encode_query(query)  # outside the lock: encoding is the slow part (LRU-cached)
+        encoded = views.encode_query_later(query)  # on the query thread while the lexical channel runs
     with views.lock:
         table, lexical = views.tables()
         mask = table.scope_mask(**scope, since=t_since, until=t_until)
@@ -141,6 +142,8 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
         lex_sc = np.empty(0, np.float32)
         if "lexical" in chans:
             lex_ids, lex_sc = lexical.search(query, top_k=depth, allowed=mask)
+        if encoded is not None:
+            qvec = encoded()
         vec_ids = np.empty(0, np.int64)
         vec_sc = np.empty(0, np.float32)
         if qvec is not None:

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
@@ -127,6 +128,8 @@ class Views:
         self._embed_queued = False  # this write committed chunks (or texts) without vectors
         self._closed = False
         self.query_cache = QueryVectorCache(1024)
+        self._qpool: ThreadPoolExecutor | None = None  # the query thread (``encode_query_later``)
+        self._qpool_lock = threading.Lock()
         #: (the index files' change_seq, ids re-read) when the views were caught up from the journal
         self.caught_up: tuple[int, int] | None = None
         # views whose file is older than them by the journal's rows (a catch-up): saved in full, or
@@ -181,6 +184,29 @@ class Views:
         if vi is not None and not vi.ready:  # index files current: mapped in moments, worth a short wait
             vi.wait_fast_load(FAST_LOAD_WAIT_S)
         return qvec
+
+    def encode_query_later(self, query: str) -> Callable[[], np.ndarray | None]:
+        """Start encoding ``query`` on this store's query thread and return a function that gives its
+        vector (1 x dim, or None as :meth:`encode_query`), waiting for the encode if needed: the caller
+        runs the lexical channel meanwhile (the encoder releases the GIL; on 2 cores the encode then
+        costs a search little wall time). Finishing never needs the lock; an LRU hit, a missing model
+        and a first search whose index is still being mapped are answered here as before."""
+        emb = self.embedder
+        if emb is None or not isinstance(query, str):
+            qvec = self.encode_query(query)
+            return lambda: qvec
+        vi = self.vectors
+        if vi is None or not len(vi) or not vi.ready:
+            qvec = self.encode_query(query)
+            return lambda: qvec
+        hit = self.query_cache.peek(emb, query)
+        if hit is not None:
+            return lambda: hit[None, :]
+        with self._qpool_lock:
+            if self._qpool is None:
+                self._qpool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="causalmem-query")
+            fut = self._qpool.submit(self.query_cache.get, emb, query)
+        return lambda: fut.result()[None, :]
 
     def store_vectors(self, items: Sequence[tuple[int, str, np.ndarray]]) -> None:
         """Persist (nid, text, vector) rows for the current embedder, in the caller's transaction."""
@@ -290,6 +316,10 @@ class Views:
         if drain:
             self.wait_embedded()
         self._closed = True
+        with self._qpool_lock:
+            pool, self._qpool = self._qpool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         if self._worker is not None:
             self._worker.stop()
         self.keeper.stop()
