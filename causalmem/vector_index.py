@@ -1013,6 +1013,8 @@ def stamp_sidecar(directory: Path, vi: VectorIndex, seq: int) -> bool:
     head = _read_header(directory)
     if head is None or head.get("gen") != seg.gen:
         return False
+    if head.get("seq") == int(seq):  # the files describe this very state already: nothing to write
+        return True
     gone = seg.keys[~seg.live[seg.keys]]
     ids, mat, hashes = vi.delta.snapshot()
     old = _named({"delta": head.get("delta")})
