@@ -137,17 +137,21 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
         mask = table.scope_mask(**scope, since=t_since, until=t_until)
         if meta_filter is not None:
             mask = _metadata_mask(views, mask, meta_filter)
+        if encoded is not None:  # the vector search too, on the query thread right after the encode
+            encoded.offer(lambda qv: views.vector_search(qv, depth, mask, on_query_thread=True))
         # -- channels -------------------------------------------------------------
         lex_ids = np.empty(0, np.int64)
         lex_sc = np.empty(0, np.float32)
         if "lexical" in chans:
             lex_ids, lex_sc = lexical.search(query, top_k=depth, allowed=mask)
-        if encoded is not None:
-            qvec = encoded()
         vec_ids = np.empty(0, np.int64)
         vec_sc = np.empty(0, np.float32)
-        if qvec is not None:
-            vec_ids, vec_sc = views.vector_search(qvec[0], depth, mask)  # exact from the store while loading
+        if encoded is not None:
+            qvec = encoded.result()
+            if encoded.searched is not None:
+                vec_ids, vec_sc = encoded.searched
+            elif qvec is not None:
+                vec_ids, vec_sc = views.vector_search(qvec[0], depth, mask)  # exact from the store while loading
         lex_max = float(lex_sc[0]) if len(lex_sc) else 1.0
         lex_norm = {int(i): float(s) / lex_max for i, s in zip(lex_ids, lex_sc)}
         lex_rank = {int(i): r for r, i in enumerate(lex_ids)}

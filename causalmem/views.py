@@ -84,6 +84,41 @@ class NewEdge(NamedTuple):
     confidence: float
 
 
+class PendingQuery:
+    """A query vector being computed on the query thread (``Views.encode_query_later``), and optionally
+    the vector search the caller handed it (``offer``): run on that thread right after the encode,
+    while the caller — holding the lock, so nothing changes the index meanwhile — does the rest."""
+
+    def __init__(self, qvec: np.ndarray | None) -> None:
+        self.qvec = qvec
+        self.future: Any = None
+        self._lock = threading.Lock()
+        self._job: Callable[[np.ndarray], Any] | None = None
+        self._claimed = False
+        self.searched: Any = None
+
+    def run(self, encode: Callable[[], np.ndarray]) -> np.ndarray:
+        vec = encode()[None, :]
+        with self._lock:
+            self._claimed = True
+            job = self._job
+        if job is not None:
+            self.searched = job(vec[0])
+        return vec
+
+    def offer(self, job: Callable[[np.ndarray], Any]) -> None:
+        """``job(qvec)`` to run on the query thread after the encode (ignored when it finished already:
+        then the caller runs it, ``searched`` stays None)."""
+        with self._lock:
+            if not self._claimed and self.future is not None:
+                self._job = job
+
+    def result(self) -> np.ndarray | None:
+        if self.future is not None:
+            self.qvec = self.future.result()
+        return self.qvec
+
+
 class Views:
     """Projection, chunk table, BM25 and vector index of one store, and the write protocol."""
 
@@ -185,28 +220,26 @@ class Views:
             vi.wait_fast_load(FAST_LOAD_WAIT_S)
         return qvec
 
-    def encode_query_later(self, query: str) -> Callable[[], np.ndarray | None]:
-        """Start encoding ``query`` on this store's query thread and return a function that gives its
-        vector (1 x dim, or None as :meth:`encode_query`), waiting for the encode if needed: the caller
-        runs the lexical channel meanwhile (the encoder releases the GIL; on 2 cores the encode then
-        costs a search little wall time). Finishing never needs the lock; an LRU hit, a missing model
-        and a first search whose index is still being mapped are answered here as before."""
+    def encode_query_later(self, query: str) -> "PendingQuery":
+        """Start encoding ``query`` on this store's query thread (the encoder releases the GIL: on 2
+        cores the caller runs the lexical channel meanwhile) and return its :class:`PendingQuery`: the
+        caller may hand it the vector search (``offer``) once it holds the lock and knows the scope, so
+        the query thread searches the index right after encoding; ``result()`` waits for both. Never
+        needs the lock to finish. An LRU hit, a missing model and a first search whose index is still
+        being mapped are answered at once, as :meth:`encode_query` does."""
         emb = self.embedder
-        if emb is None or not isinstance(query, str):
-            qvec = self.encode_query(query)
-            return lambda: qvec
         vi = self.vectors
-        if vi is None or not len(vi) or not vi.ready:
-            qvec = self.encode_query(query)
-            return lambda: qvec
+        if emb is None or not isinstance(query, str) or vi is None or not len(vi) or not vi.ready:
+            return PendingQuery(self.encode_query(query))
         hit = self.query_cache.peek(emb, query)
         if hit is not None:
-            return lambda: hit[None, :]
+            return PendingQuery(hit[None, :])
+        pending = PendingQuery(None)
         with self._qpool_lock:
             if self._qpool is None:
                 self._qpool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="causalmem-query")
-            fut = self._qpool.submit(self.query_cache.get, emb, query)
-        return lambda: fut.result()[None, :]
+            pending.future = self._qpool.submit(pending.run, lambda: self.query_cache.get(emb, query))
+        return pending
 
     def store_vectors(self, items: Sequence[tuple[int, str, np.ndarray]]) -> None:
         """Persist (nid, text, vector) rows for the current embedder, in the caller's transaction."""
@@ -673,12 +706,20 @@ class Views:
                 index.seq = self.vector_seq_now()
         return self.vectors
 
-    def vector_search(self, qvec: np.ndarray, top_k: int, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """The semantic channel's candidates (ids, cosines) within ``mask``; the caller holds the lock.
+    def vector_search(self, qvec: np.ndarray, top_k: int, mask: np.ndarray | None, *,
+                      on_query_thread: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The semantic channel's candidates (ids, cosines) within ``mask``; the caller holds the lock
+        (``on_query_thread``: the searching thread holds it and waits for this one, which then only
+        searches a ready index — nothing else — and returns None otherwise).
 
         While the index is still loading, a scope of at most ``SCOPE_FROM_STORE`` chunks is scored
         exactly from the stored vectors and a larger one gets no semantic candidates yet."""
         empty = (np.empty(0, np.int64), np.empty(0, np.float32))
+        if on_query_thread:  # no sync with the store here: the searching thread did it under the lock
+            vi = self.vectors
+            if vi is None or not vi.ready:
+                return None  # type: ignore[return-value]
+            return vi.search(qvec, top_k=top_k, allowed=mask) if len(vi) else empty
         vi = self.vector_index()
         if vi is None:
             return empty
