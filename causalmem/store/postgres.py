@@ -384,44 +384,9 @@ def _superseded_of(rows: Iterable[Sequence[Any]]) -> dict[int, str]:
     return out
 
 
-def _ct(v: str | None) -> str:
-    """A text field in COPY's text format: backslash, tab, newline and carriage return escaped
-    (``str.replace``, only when one occurs), NULL as ``\\N``."""
-    if v is None:
-        return "\\N"
-    if "\\" in v or "\t" in v or "\n" in v or "\r" in v:
-        return v.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-    return v
-
-
-def _cf(v: float | None) -> str:
-    return "\\N" if v is None else repr(float(v))
-
-
-def _chunk_copy_text(values: Sequence[tuple]) -> bytes:
-    """Chunk rows (``INSERT_COLS`` order) as COPY text, formatted in one pass."""
-    return "".join([
-        f"{int(nid)}\t{_ct(cid)}\t{_ct(text)}\t{int(h)}\t{_ct(kind)}\t{float(created)!r}\t{_cf(et)}\t{float(q)!r}\t"
-        f"{float(imp)!r}\t{_ct(u)}\t{_ct(a)}\t{_ct(r)}\t{_ct(sess)}\t{_ct(meta)}\n"
-        for nid, cid, text, h, kind, created, et, q, imp, u, a, r, sess, meta in values]).encode()
-
-
-#: the columns ``insert_edges_bulk`` sets, in ``_edge_copy_text`` order
+#: the columns ``insert_edges_bulk`` sets
 EDGE_INSERT_COLS = ("eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, polarity_origin, "
                     "task_tag, event_time, discovered_at")
-
-
-def _edge_copy_text(base: int, ids: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> bytes:
-    """Edge rows for ``insert_edges_bulk`` as COPY text (``EDGE_INSERT_COLS``), formatted in one pass."""
-    out = []
-    for i, r in enumerate(rows):
-        rel, pol = r["relation"], r.get("polarity")
-        origin = r.get("polarity_origin") or ("unknown" if pol is None else "given")
-        out.append(f"{base + 1 + i}\t{_ct(ids[i])}\t{int(r['src'])}\t{int(r['dst'])}\t{_ct(rel.value)}\t"
-                   f"{int(rel.code)}\t{_ct(r.get('subtype'))}\t{float(r['confidence'])!r}\t{_ct(r['source'])}\t"
-                   f"{_ct(pol)}\t{_ct(origin)}\t{_ct(r.get('task_tag'))}\t{_cf(r.get('event_time'))}\t"
-                   f"{float(r['discovered_at'])!r}\n")
-    return "".join(out).encode()
 
 
 def _int_array(values: Iterable[int]) -> str:
@@ -1282,15 +1247,6 @@ class PostgresStore:
                 for r in rows:
                     cp.write_row(r)
 
-    def _copy_text(self, table: str, columns: str, payload: bytes) -> None:
-        """``COPY table FROM STDIN`` of rows already formatted as COPY text (``_chunk_copy_text``,
-        ``_edge_copy_text``). Sending them from a helper thread while the caller went on with its
-        own work was tried: no measurable gain in two A/B runs (the batch's Python work is short
-        next to the server's index inserts), so the COPY is sent here, in the caller's thread."""
-        with self.conn.cursor() as cur:
-            with cur.copy(f"COPY {table} ({columns}) FROM STDIN") as cp:
-                cp.write(payload)
-
     def insert_chunks_bulk(self, rows: Sequence[Mapping[str, Any]]) -> list[ChunkKey]:
         if not rows:
             return []
@@ -1302,7 +1258,7 @@ class PostgresStore:
                    r.get("agent_id"), r.get("run_id"), r.get("session_id"),
                    json.dumps(r["metadata"], ensure_ascii=False) if r.get("metadata") else "{}")
                   for i, r in enumerate(rows)]
-        self._copy_text("chunks", INSERT_COLS, _chunk_copy_text(values))
+        self._copy_in("chunks", INSERT_COLS, values)
         self._staged.extend(values)  # the row cache takes them at commit
         return [ChunkKey(base + 1 + i, ids[i]) for i in range(len(rows))]
 
@@ -1537,8 +1493,12 @@ class PostgresStore:
         base = self._next_key("edges", "eid", len(rows)) - 1
         self._new_edge_ends([int(r["src"]) for r in rows] + [int(r["dst"]) for r in rows])
         ids = new_ids(len(rows))
-        # formatted now: the caller may change its row dicts afterwards
-        self._copy_text("edges", EDGE_INSERT_COLS, _edge_copy_text(base, ids, rows))
+        self._copy_in(  # the rows are read here: the caller may change its row dicts afterwards
+            "edges", EDGE_INSERT_COLS,
+            ((base + 1 + i, ids[i], int(r["src"]), int(r["dst"]), r["relation"].value, r["relation"].code,
+              r.get("subtype"), r["confidence"], r["source"], r.get("polarity"),
+              r.get("polarity_origin") or ("unknown" if r.get("polarity") is None else "given"),
+              r.get("task_tag"), r.get("event_time"), r["discovered_at"]) for i, r in enumerate(rows)))
         return [(base + 1 + i, ids[i]) for i in range(len(rows))]
 
     def set_edge_invalid(self, eid: int, now: float, reason: str | None, superseded_by: str | None = None) -> None:
