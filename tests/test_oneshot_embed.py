@@ -141,6 +141,9 @@ def test_while_one_embedder_runs_a_closing_writer_starts_none_and_nothing_is_los
         return n
 
     monkeypatch.setattr(views_mod, "embed_pending", first_pass_then_a_write)
+    # the holder's own background worker (resumed 1 s after open) must not take the late writer's rows
+    # before the recheck does: under load writer 9 outlives that second (seen: n == 12, the worker took 2)
+    monkeypatch.setattr(views_mod, "RESUME_DELAY_S", 3600.0)
     monkeypatch.setenv(LOCK_FD_ENV, str(fd))
     with Memory(db) as m:
         n = m.reembed()
