@@ -39,7 +39,11 @@ class RetrievalParams:
     w_importance: float = 0.1
     # "blend" fusion: score-level mix of max-normalised BM25 and raw cosine, plus a graph bonus.
     blend_lex: float = 1.0        # weight of BM25 / best BM25 of the query
-    blend_vec: float = 2.0        # weight of the cosine (MiniLM cosines are compressed: weigh them up)
+    blend_vec: float = 1.0        # weight of the (centred) cosine
+    # Cosines measured from the candidates' mean vector (see ``_centred_cosines``) when at least
+    # ``centre_min`` candidates have a vector; False: raw cosines (then MiniLM's are compressed: weight 2).
+    centre: bool = True
+    centre_min: int = 10
     blend_seeds: int = 20         # best fused candidates that seed the spreading
     # Graph bonus per unit of seed score. A temporal hop carries decay 0.6 x (1 - teleport 0.15) x
     # coefficient 0.2 ~ 0.10 of a seed's energy (x (0.5 + 0.5 Q) = 0.75 at the default Q), so 5.0
@@ -247,6 +251,35 @@ def _fill_cosines(views: Views, qv: np.ndarray, nids, cos: dict[int, float]) -> 
         cos.update(views.cosines(qv, missing))
 
 
+def _centred_cosines(views: Views, qv: np.ndarray, ids: np.ndarray, mean: np.ndarray,
+                     cos: dict[int, float]) -> np.ndarray:
+    """Cosine of query and candidate measured from ``mean`` (the candidates' mean vector), 0 without a vector;
+    ``cos`` gets the raw cosines (for ``explain``).
+
+    Every turn of a conversation shares a large component with every other and with the query (the
+    speakers' names, the register of chat, the query's broad topic), so raw MiniLM cosines are
+    compressed into a narrow band and rank best what is nearly pure shared component: short
+    content-free turns ("Jon: What gave you the idea?" outranked the answer to "What did Jon take a
+    trip to Rome for?"). Subtracting the candidates' mean from query and candidate (a local form of
+    the usual correction for anisotropic sentence embeddings) leaves what tells the candidates apart.
+    """
+    out = np.zeros(len(ids), np.float64)
+    have, mat = views.vectors_of(ids)
+    if not len(have):
+        return out
+    q = np.asarray(qv, np.float64).reshape(-1)
+    q = q / max(float(np.linalg.norm(q)), 1e-12)
+    m = mat.astype(np.float64)
+    for n, c in zip(have.tolist(), (m @ q).tolist()):
+        cos.setdefault(int(n), float(c))
+    qc = q - mean
+    qc /= max(float(np.linalg.norm(qc)), 1e-12)
+    dc = m - mean
+    cc = (dc @ qc) / np.maximum(np.linalg.norm(dc, axis=1), 1e-12)
+    order = np.argsort(have)
+    return _lookup(have[order], cc[order], np.asarray(ids, np.int64))
+
+
 def _lookup(keys: np.ndarray, vals: np.ndarray, ids: np.ndarray, default: float = 0.0) -> np.ndarray:
     """vals[keys == id] for each id (keys sorted ascending), ``default`` where absent."""
     out = np.full(len(ids), default, dtype=np.float64)
@@ -280,9 +313,17 @@ def _blend(views: Views, table, mask: np.ndarray, chans: tuple[str, ...], qvec, 
     lo = np.argsort(lex_ids, kind="stable")
     lex_keys, lex_vals = lex_ids[lo].astype(np.int64), lex_norm[lo]
 
+    mean = None
+    if use_vec and p.centre:
+        have, mat = views.vectors_of(nids)
+        if len(have) >= p.centre_min:
+            mean = mat.astype(np.float64).mean(axis=0)
+
     def base_of(ids: np.ndarray) -> np.ndarray:
         out = a * _lookup(lex_keys, lex_vals, ids) if use_lex else np.zeros(len(ids))
-        if use_vec:
+        if use_vec and mean is not None:
+            out += b * _centred_cosines(views, qvec[0], ids, mean, cos)
+        elif use_vec:
             _fill_cosines(views, qvec[0], ids, cos)
             out += b * np.fromiter((cos.get(i, 0.0) for i in ids.tolist()), np.float64, len(ids))
         return out / den

@@ -607,6 +607,21 @@ class VectorIndex:
                 out[seg] = self.segment.vectors(ids[seg]) @ q
         return out
 
+    def vectors_of(self, ids: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(ids that have a vector, their stored vectors as float32 rows), in the order given."""
+        ids = self._check_ids(ids)
+        out = np.zeros((ids.shape[0], self.dim), dtype=np.float32)
+        rows = self.delta.rows_of(ids)
+        have = rows >= 0
+        if have.any():
+            out[have] = self.delta.mat[rows[have]]
+        if self.segment is not None:
+            seg = ~have & self.segment.has(ids)
+            if seg.any():
+                out[seg] = self.segment.vectors(ids[seg])
+                have |= seg
+        return ids[have], out[have]
+
     def search(self, qvec: Any, *, top_k: int = 10, allowed: np.ndarray | None = None,
                exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Best ``top_k`` (doc ids int64, cosines float32), best first, ties to the lower id.

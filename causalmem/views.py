@@ -762,6 +762,23 @@ class Views:
                 out.update(zip(rid.tolist(), sc.tolist()))
         return out
 
+    def vectors_of(self, nids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk nids that have a vector, their vectors): from the loaded index, while it loads from the store."""
+        vi = self.vectors
+        ids = np.asarray(nids, dtype=np.int64)
+        emb = self.embedder
+        if vi is None or emb is None or not len(ids):
+            return np.empty(0, np.int64), np.empty((0, 0), np.float32)
+        got, mat = vi.vectors_of(ids)
+        if not vi.ready and len(got) < len(ids):  # loading: the store has the rest
+            rest = np.setdiff1d(ids, got)
+            rows = self.store.embeddings_of(rest.tolist(), emb.model_name)
+            if rows:
+                rid, vecs = decode_rows(rows, emb.dim)
+                vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+                got, mat = np.concatenate([got, rid]), np.vstack([mat, vecs.astype(np.float32)])
+        return got, mat
+
     # ------------------------------------------------------------------ the write protocol
     @contextlib.contextmanager
     def write(self, *, wait: bool = True) -> Iterator[Effects]:
