@@ -251,8 +251,8 @@ def _fill_cosines(views: Views, qv: np.ndarray, nids, cos: dict[int, float]) -> 
         cos.update(views.cosines(qv, missing))
 
 
-def _centred_cosines(views: Views, qv: np.ndarray, ids: np.ndarray, mean: np.ndarray,
-                     cos: dict[int, float]) -> np.ndarray:
+def _centred_cosines(views: Views, qv: np.ndarray, ids: np.ndarray, mean: np.ndarray, cos: dict[int, float],
+                     vectors: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Cosine of query and candidate measured from ``mean`` (the candidates' mean vector), 0 without a vector;
     ``cos`` gets the raw cosines (for ``explain``).
 
@@ -264,18 +264,20 @@ def _centred_cosines(views: Views, qv: np.ndarray, ids: np.ndarray, mean: np.nda
     the usual correction for anisotropic sentence embeddings) leaves what tells the candidates apart.
     """
     out = np.zeros(len(ids), np.float64)
-    have, mat = views.vectors_of(ids)
+    have, mat = vectors if vectors is not None else views.vectors_of(ids)  # (the caller's read of ``ids``)
     if not len(have):
         return out
-    q = np.asarray(qv, np.float64).reshape(-1)
+    q = np.asarray(qv, np.float32).reshape(-1)
     q = q / max(float(np.linalg.norm(q)), 1e-12)
-    m = mat.astype(np.float64)
-    for n, c in zip(have.tolist(), (m @ q).tolist()):
-        cos.setdefault(int(n), float(c))
-    qc = q - mean
+    raw = mat @ q
+    cos.update((n, c) for n, c in zip(have.tolist(), raw.tolist()) if n not in cos)
+    mu = mean.astype(np.float32)
+    qc = q - mu
     qc /= max(float(np.linalg.norm(qc)), 1e-12)
-    dc = m - mean
-    cc = (dc @ qc) / np.maximum(np.linalg.norm(dc, axis=1), 1e-12)
+    dc = mat - mu
+    cc = ((dc @ qc) / np.maximum(np.linalg.norm(dc, axis=1), 1e-12)).astype(np.float64)
+    if len(have) == len(ids):  # every candidate has a vector: same order
+        return cc
     order = np.argsort(have)
     return _lookup(have[order], cc[order], np.asarray(ids, np.int64))
 
@@ -314,15 +316,16 @@ def _blend(views: Views, table, mask: np.ndarray, chans: tuple[str, ...], qvec, 
     lex_keys, lex_vals = lex_ids[lo].astype(np.int64), lex_norm[lo]
 
     mean = None
+    pool: tuple[np.ndarray, np.ndarray] | None = None
     if use_vec and p.centre:
-        have, mat = views.vectors_of(nids)
-        if len(have) >= p.centre_min:
-            mean = mat.astype(np.float64).mean(axis=0)
+        pool = views.vectors_of(nids)
+        if len(pool[0]) >= p.centre_min:
+            mean = pool[1].mean(axis=0, dtype=np.float64)
 
     def base_of(ids: np.ndarray) -> np.ndarray:
         out = a * _lookup(lex_keys, lex_vals, ids) if use_lex else np.zeros(len(ids))
         if use_vec and mean is not None:
-            out += b * _centred_cosines(views, qvec[0], ids, mean, cos)
+            out += b * _centred_cosines(views, qvec[0], ids, mean, cos, pool if ids is nids else None)
         elif use_vec:
             _fill_cosines(views, qvec[0], ids, cos)
             out += b * np.fromiter((cos.get(i, 0.0) for i in ids.tolist()), np.float64, len(ids))
