@@ -572,7 +572,7 @@ NOTES: list[str] = [
     "weights) is the shipped value; the grid keeps 0.5, 2, 3 and 0 (no semantic channel). A semantic second "
     "pass (Rocchio: centred centroid of the best 3 hits, weight 0.15 / 0.3 / 0.5 of the best score) measured "
     "+0.009 / +0.006 / -0.003 R@10 in-sample but lower on conv-30 at every weight: dropped.",
-    "- The second pass is the one change that measured as a gain under cross-validation: default, "
+    "- The second pass (added before centring; figures of the raw-cosine fusion) measured as a gain under cross-validation: default, "
     "reinforcement off, CV R@10 0.731 -> 0.746, nDCG@10 0.508 -> 0.542 (in-sample 0.751 -> 0.773, "
     "0.534 -> 0.564); reinforcement on, CV 0.745 -> 0.755, 0.521 -> 0.553. Its 10 terms / 3 documents were "
     "picked from in-sample tries (5/10/20 terms, 1/3/5 documents, weight 0.15/0.3/0.5; feedback from any "
@@ -585,7 +585,7 @@ NOTES: list[str] = [
     "co-retrieval is weak evidence), +0.05 per repeat up to 1.0, spread with coefficient 0.5 and left out of the "
     "degree normalisation; visible to the very next search (an overlay of the credit still queued for the store), "
     "faded in sleep. SPEC §5 credits every co-retrieved pair at 0.2: pairing a whole top-10 cost 0.09 R@10.",
-    "- How the credit rule was chosen: reinforce-on minus reinforce-off, R@10 / nDCG@10, pooled over six grid "
+    "- How the credit rule was chosen (raw-cosine fusion, before centring): reinforce-on minus reinforce-off, R@10 / nDCG@10, pooled over six grid "
     "points (the shipped constants and the five points earlier folds chose; 6 x 495 questions, all three "
     "conversations, so this choice itself is in-sample): best 3, start 0.2 (the previous rule) -0.0047 / -0.0031; "
     "best 4 -0.0099 / -0.0157; best 2 +0.0041 / -0.0004; **best 2, start 0.1 +0.0017 / +0.0008 (chosen)**; best 2, "
@@ -594,7 +594,7 @@ NOTES: list[str] = [
     "repeated), step 0.05: 0.0000 / +0.0009; only pairs no edge joins yet: best 3 -0.0022 / -0.0055, best 2 "
     "+0.0012 / +0.0008 (dropped). 10-50 of the 2,970 question scores move either way: learned links are a small "
     "effect on LoCoMo's independent questions; they are meant for an agent's repeated, related queries.",
-    "- The previous rule (best 3, start 0.2) on this same full grid: CV R@10 0.742 / nDCG@10 0.551 reinforce on, "
+    "- The previous rule (best 3, start 0.2) on the 108-point grid of the raw-cosine fusion: CV R@10 0.742 / nDCG@10 0.551 reinforce on, "
     "0.745 / 0.545 off; in-sample 0.768 / 0.563 on, 0.773 / 0.564 off.",
     "- Cross-validation is noisy with three conversations: the tuning criterion matters (before the second pass, "
     "tuning on R@10 alone gave CV R@10 0.752 off / 0.746 on; on (R@10 + nDCG@10) / 2, 0.731 / 0.745).",
