@@ -453,8 +453,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cfg = parse_config(args.config)
     if args.raw_cosine:
-        retrieval.PARAMS = replace(retrieval.PARAMS, centre=False, blend_vec=2.0)
-        GRID_AXES["blend_vec"] = (2.0, 0.5, 1.0, 3.0, 0.0)
+        retrieval.PARAMS = replace(retrieval.PARAMS, centre=False)  # raw cosine weight raw_weight x blend_vec = 2
+        GRID_AXES["blend_vec"] = (1.0, 0.25, 0.5, 1.5, 0.0)  # raw weights 2, 0.5, 1, 3, 0 (the grid before)
     t0 = time.perf_counter()
     if not Path(args.data).is_file():  # never replace the committed table with empty rows
         print(f"locomo_retrieval: {args.data} not found (the eval data is read from ../shared/data "
@@ -545,7 +545,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 NOTES: list[str] = [
     "- **blend** (`fusion=auto`): base = (1 x BM25/best BM25 + 1 x centred cosine) / 2 over the union of the "
     "channels' top-50, where the centred cosine is the cosine of (query - m) and (candidate - m), m = the mean "
-    "vector of those candidates (raw cosines while fewer than 10 candidates have a vector); energy = base - the "
+    "vector of those candidates (raw cosines at weight 2 while fewer than 50 candidates have a vector); energy = base - the "
     "50th best candidate's base. The 20 best candidates seed PEDSA spreading "
     "(teleport 0.15) forward and backward, in groups no edge joins (a greedy colouring of the seeds, which "
     "replaced the even/odd-nid split: same figures here, and a cause and its outcome now credit each other "

@@ -39,11 +39,15 @@ class RetrievalParams:
     w_importance: float = 0.1
     # "blend" fusion: score-level mix of max-normalised BM25 and raw cosine, plus a graph bonus.
     blend_lex: float = 1.0        # weight of BM25 / best BM25 of the query
-    blend_vec: float = 1.0        # weight of the (centred) cosine
+    blend_vec: float = 1.0        # weight of the centred cosine
+    raw_weight: float = 2.0       # a raw cosine weighs raw_weight x blend_vec (MiniLM's are compressed)
     # Cosines measured from the candidates' mean vector (see ``_centred_cosines``) when at least
-    # ``centre_min`` candidates have a vector; False: raw cosines (then MiniLM's are compressed: weight 2).
+    # ``centre_min`` candidates have a vector; else (or centre=False) raw cosines, as before centring.
+    # Below ``candidates`` the pool is the whole scope and energy has no typical non-match to start from
+    # (reference 0): a centred cosine is below 0 for half the pool, which would erase their order (and
+    # what the superseded penalty does to it), so small scopes keep raw cosines.
     centre: bool = True
-    centre_min: int = 10
+    centre_min: int = 50
     blend_seeds: int = 20         # best fused candidates that seed the spreading
     # Graph bonus per unit of seed score. A temporal hop carries decay 0.6 x (1 - teleport 0.15) x
     # coefficient 0.2 ~ 0.10 of a seed's energy (x (0.5 + 0.5 Q) = 0.75 at the default Q), so 5.0
@@ -309,18 +313,17 @@ def _blend(views: Views, table, mask: np.ndarray, chans: tuple[str, ...], qvec, 
     nids = np.union1d(lex_ids, vec_ids).astype(np.int64) if use_vec else np.unique(lex_ids).astype(np.int64)
     if not len(nids):
         return nids, np.empty(0), {}, {}
-    a = p.blend_lex if use_lex else 0.0
-    b = p.blend_vec if use_vec else 0.0
-    den = (a + b) or 1.0
-    lo = np.argsort(lex_ids, kind="stable")
-    lex_keys, lex_vals = lex_ids[lo].astype(np.int64), lex_norm[lo]
-
     mean = None
     pool: tuple[np.ndarray, np.ndarray] | None = None
     if use_vec and p.centre:
         pool = views.vectors_of(nids)
         if len(pool[0]) >= p.centre_min:
             mean = pool[1].mean(axis=0, dtype=np.float64)
+    a = p.blend_lex if use_lex else 0.0
+    b = (p.blend_vec if mean is not None else p.raw_weight * p.blend_vec) if use_vec else 0.0
+    den = (a + b) or 1.0
+    lo = np.argsort(lex_ids, kind="stable")
+    lex_keys, lex_vals = lex_ids[lo].astype(np.int64), lex_norm[lo]
 
     def base_of(ids: np.ndarray) -> np.ndarray:
         out = a * _lookup(lex_keys, lex_vals, ids) if use_lex else np.zeros(len(ids))

@@ -40,7 +40,15 @@ TURNS = [
     ("Jon", "Not yet, still holding auditions next weekend."),
     ("Jon", "Thanks, talk soon!"),
 ]
-RAW = replace(retrieval.PARAMS, centre=False, blend_vec=2.0)
+# more of the same two people's chat on other subjects: a scope larger than one search's candidates
+TOPICS = ["the farmers market", "a jazz concert", "the new bakery downtown", "a hiking trail up north",
+          "the football match", "my sister's garden", "a cooking class", "the science museum",
+          "a bike repair shop", "the city library", "a board game night", "the beach cleanup",
+          "a photography workshop", "the chess club", "a vintage car show"]
+TURNS += [(("Gina", "Jon")[k % 2], f"Last {day} I went to {topic} and it was {mood}.")
+          for k, (day, topic, mood) in enumerate(
+              (d, t, m) for t in TOPICS for d, m in (("Saturday", "packed"), ("Sunday", "quiet")))]
+RAW = replace(retrieval.PARAMS, centre=False)  # the blend before centring: raw cosine, weight 2
 SEM = ("semantic",)
 
 
@@ -67,30 +75,32 @@ def _search(mem, query, params, **kw):
 
 
 def test_score_is_the_cosine_from_the_candidates_mean(chat):
-    assert retrieval.PARAMS.centre and len(TURNS) >= retrieval.PARAMS.centre_min
+    assert retrieval.PARAMS.centre and len(TURNS) >= retrieval.PARAMS.candidates >= retrieval.PARAMS.centre_min
     q = "What did Jon take a trip to Rome for?"
-    hits = _search(chat, q, retrieval.PARAMS, channels=SEM, top_k=len(TURNS))
+    hits = _search(chat, q, retrieval.PARAMS, channels=SEM, top_k=20)  # depth: max(candidates, 2 x top_k)
     views = chat._views
-    # semantic only: the pool is every chunk of the scope (fewer than ``candidates``), scored alone
+    # semantic only: the pool is the semantic channel's ``candidates`` best, scored alone
     nids = np.flatnonzero(views.tables()[0].scope_mask(user_id="u"))
     have, mat = views.vectors_of(nids)
     assert len(have) == len(TURNS)
-    mean = mat.astype(np.float64).mean(axis=0)
+    pool_ids, _ = views.vector_search(views.encode_query(q)[0], retrieval.PARAMS.candidates, None)
+    in_pool = np.isin(have, pool_ids)
+    assert in_pool.sum() == retrieval.PARAMS.candidates
+    mean = mat[in_pool].astype(np.float64).mean(axis=0)
     qv = views.encode_query(q)[0].astype(np.float64)
     qv /= np.linalg.norm(qv)
     qc = qv - mean
-    by_id = {h.id: h for h in hits}
-    rows = chat.get_all(user_id="u")
-    for row in rows:
-        d = mat[list(have).index(views.store.nid_of(row.id))].astype(np.float64) - mean
-        want = max(float(d @ qc) / (np.linalg.norm(d) * np.linalg.norm(qc)), 0.0)
-        if row.id in by_id:
-            assert by_id[row.id].score == pytest.approx(want, abs=1e-5)
-            # explain still reports the raw cosine
-            assert by_id[row.id].signals["cosine"] == pytest.approx(float(mat[list(have).index(
-                views.store.nid_of(row.id))] @ qv), abs=1e-5)
-        else:
-            assert want == 0.0  # only candidates with nothing left after centring drop out
+    d = mat.astype(np.float64) - mean
+    cc = (d @ qc) / (np.linalg.norm(d, axis=1) * np.linalg.norm(qc))
+    ref = np.sort(cc[in_pool])[0]  # energy starts at the ``candidates``-th best: here the pool's worst
+    nid_of = {int(n): k for k, n in enumerate(have.tolist())}
+    assert hits and all(views.store.nid_of(h.id) in set(pool_ids.tolist()) for h in hits)
+    for h in hits:
+        k = nid_of[views.store.nid_of(h.id)]
+        assert h.score == pytest.approx(max(cc[k] - ref, 0.0), abs=1e-5)
+        # explain still reports the raw cosine
+        assert h.signals["cosine"] == pytest.approx(float(mat[k].astype(np.float64) @ qv), abs=1e-5)
+    assert hits[0].text.endswith(TURNS[4][1])
 
 
 def test_centring_ranks_topic_above_speaker(chat):
@@ -101,13 +111,14 @@ def test_centring_ranks_topic_above_speaker(chat):
     filler = {t for s, t in TURNS if s == "Jon" and len(t) < 30}
 
     def ranks(params):
-        return [h.text.split(": ", 1)[1] for h in _search(chat, q, params, channels=SEM)]
+        return [h.text.split(": ", 1)[1] for h in _search(chat, q, params, channels=SEM, top_k=20)]
 
     raw, centred = ranks(RAW), ranks(retrieval.PARAMS)
     assert raw[0] == answer and centred[0] == answer
 
     def filler_above_reply(ranked):
-        return sum(1 for f in filler if f in ranked and ranked.index(f) < ranked.index(reply))
+        stop = ranked.index(reply) if reply in ranked else len(ranked)
+        return sum(1 for f in filler if f in ranked[:stop])
 
     assert filler_above_reply(raw) >= 3
     assert filler_above_reply(centred) <= 1
@@ -135,10 +146,10 @@ def test_small_pool_keeps_raw_cosines(embedder, tmp_path):
         mem.add(["The database server ran out of disk space overnight.", "We adopted a puppy named Biscuit.",
                  "My favourite food is spicy ramen."], user_id="u", session_id="s")
         mem.flush()
-        same = replace(RAW, blend_vec=retrieval.PARAMS.blend_vec)
+        assert retrieval.PARAMS.raw_weight * retrieval.PARAMS.blend_vec == 2.0  # the weight before centring
         for q in ("storage full on the DB machine", "dog"):
             a = _search(mem, q, retrieval.PARAMS)
-            b = _search(mem, q, same)
+            b = _search(mem, q, RAW)
             assert [h.id for h in a] == [h.id for h in b]
             assert [h.score for h in a] == pytest.approx([h.score for h in b])
             assert a[0].signals["cosine"] is not None
