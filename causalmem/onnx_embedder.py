@@ -310,12 +310,10 @@ class QueryVectorCache:
         if not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
         key = (str(embedder.model_name), text)
+        vec = self.peek(embedder, text)
+        if vec is not None:
+            return vec
         with self._lock:
-            vec = self._data.get(key)
-            if vec is not None:
-                self._data.move_to_end(key)
-                self.hits += 1
-                return vec
             self.misses += 1
         vec = np.asarray(embedder.encode([text]), dtype=np.float32)[0].copy()
         vec.setflags(write=False)
