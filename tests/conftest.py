@@ -206,3 +206,14 @@ def pg_dsn(pg_database):
     """DSN of a fresh, empty causalmem memory (its own schema) on the test cluster."""
     sep = "&" if "?" in pg_database else "?"
     return f"{pg_database}{sep}schema=t_{uuid.uuid4().hex[:20]}"
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    """The packaged all-MiniLM-L6-v2 (offline), one per test module; skips where it is not installed.
+    (test_semantic.py and test_supersession_eval.py define their own.)"""
+    semantic = pytest.importorskip("causalmem.semantic")
+    emb = semantic.resolve_embedder("auto")
+    if emb is None:
+        pytest.skip("no offline sentence-transformers model installed")
+    return emb

@@ -225,15 +225,6 @@ def test_chinese_query_finds_chinese_memory(mem):
 
 
 # ----------------------------------------------------------------------------- semantic (real model)
-@pytest.fixture(scope="module")
-def embedder():
-    semantic = pytest.importorskip("causalmem.semantic")
-    emb = semantic.resolve_embedder("auto")
-    if emb is None:
-        pytest.skip("no offline sentence-transformers model installed")
-    return emb
-
-
 def test_semantic_channel_with_packaged_model(embedder, clock):
     with Memory(":memory:", embedder=embedder, clock=clock) as mem:
         mem.add(["The database server ran out of disk space overnight.",

@@ -52,15 +52,6 @@ RAW = replace(retrieval.PARAMS, centre=False)  # the blend before centring: raw 
 SEM = ("semantic",)
 
 
-@pytest.fixture(scope="module")
-def embedder():
-    semantic = pytest.importorskip("causalmem.semantic")
-    emb = semantic.resolve_embedder("auto")
-    if emb is None:
-        pytest.skip("no offline sentence-transformers model installed")
-    return emb
-
-
 @pytest.fixture
 def chat(embedder, tmp_path):
     with Memory(tmp_path / "chat.db", embedder=embedder) as mem:
