@@ -2,7 +2,7 @@
 
 One JSON object per line. The first line is the header::
 
-    {"type": "header", "format": "causalmem-export", "version": 1, "schema_version": 3,
+    {"type": "header", "format": "causalmem-export", "version": 1, "schema_version": 4,
      "exported_at": ..., "vectors": false, "counts": {...}}
 
 then ``meta`` lines (decay bookkeeping, judged supersession pairs), ``chunk`` lines (in the

@@ -103,7 +103,7 @@ def test_version_2_file_migrates_to_leaner_indexes(tmp_path):
     con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     con.close()
     with Memory(path, embedder=None) as mem:
-        assert mem.stats()["schema_version"] == SCHEMA_VERSION == 3
+        assert mem.stats()["schema_version"] == SCHEMA_VERSION == 4
         assert mem.get("c1").text == "hello"
     store = SQLiteStore(path)
     sql = dict(store.conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"))

@@ -43,7 +43,7 @@ log = logging.getLogger("causalmem")
 
 R = TypeVar("R")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: PRAGMA application_id of a causalmem database ("CMem"): a file carrying another id, or
 #: holding tables of its own without ours, belongs to another application and is refused.
 APPLICATION_ID = 0x434D656D
@@ -164,7 +164,25 @@ MIGRATIONS: list[tuple[str, str]] = [
         DROP INDEX IF EXISTS edges_src;
         """,
     ),
+    (
+        "partial indexes of the superseding edges",
+        # What ``superseded_chunks`` looks for: a valid edge annotated ``superseded_by`` and a valid
+        # invalidates/supersedes meta edge. Few edges are either, so the lookup of a search (and its
+        # whole-store read, cached between commits) probes two small indexes instead of ``edges_dst``
+        # (0.29 -> 0.08 ms CPU of a 1.3-1.7 ms search at 100k chunks). Index-only: the derived files
+        # (chunk table, BM25, projection, vectors) stay valid.
+        """
+        CREATE INDEX IF NOT EXISTS edges_superseded ON edges(dst) WHERE valid_to IS NULL AND superseded_by IS NOT NULL;
+        CREATE INDEX IF NOT EXISTS edges_invalidating ON edges(dst)
+            WHERE valid_to IS NULL AND subtype IN ('invalidates', 'supersedes');
+        """,
+    ),
 ]
+#: user_versions reached by a migration that only adds indexes: the store's logical content, and so
+#: the index files made from it (``<db>.idx/``), are the same before and after (no change_seq step)
+INDEX_ONLY_MIGRATIONS = frozenset({4})
+#: most (nid -> superseding chunk id) entries ``superseded_chunks`` keeps in memory (more: a query per search)
+SUPERSEDED_CACHE_MAX = 50_000
 #: the tables a causalmem database may hold (a file with any other table is someone else's)
 OWN_TABLES = frozenset({"chunks", "edges", "cooccurrence", "facts", "embeddings", "chunk_history", "meta"})
 assert len(MIGRATIONS) == SCHEMA_VERSION
@@ -190,6 +208,15 @@ _EDGE_OPTIONAL: dict[str, Callable[[Mapping[str, Any]], Any]] = {
 _new_chunk_key = functools.partial(tuple.__new__, ChunkKey)
 _SLEEP_EDGE_SELECT = sleep_edge_select("{}")
 
+
+#: the chunks superseded by a newer edge or invalidated by a meta edge (``{where}``: a condition on ``e``
+#: ending in AND, or empty for the whole store); both halves are read through their partial indexes
+_SUPERSEDED_SQL = (
+    "SELECT e.dst, d.id FROM edges e JOIN edges n ON n.id = e.superseded_by "
+    "JOIN chunks d ON d.nid = n.dst WHERE {where}e.valid_to IS NULL "
+    "AND e.superseded_by IS NOT NULL AND n.dst != e.dst AND n.relation != 'meta' "
+    "UNION ALL SELECT e.dst, s.id FROM edges e JOIN chunks s ON s.nid = e.src "
+    "WHERE {where}e.valid_to IS NULL AND e.subtype IN ('invalidates', 'supersedes') AND s.valid_to IS NULL")
 
 #: meta key of the persistent change counter (``SQLiteStore.change_seq``)
 CHANGE_SEQ_KEY = "change_seq"
@@ -217,6 +244,10 @@ class SQLiteStore:
         #: the counter's value just before that commit advanced it (None: it was not set yet)
         self.committed_from: int | None = None
         self._closed = False
+        # ``superseded_chunks``' whole-store map and the state it was read at: (PRAGMA data_version,
+        # total_changes) — another connection's commit changes the first, any change of this one the second
+        self._sup_key: tuple[int, int] | None = None
+        self._sup: dict[int, str] | None = None
         memory = self.path == ":memory:"
         exists = not memory and Path(self.path).exists()
         if not memory:
@@ -304,7 +335,8 @@ class SQLiteStore:
                     self.conn.execute(statement)
                 self.conn.execute(f"PRAGMA user_version = {i + 1}")
             self.conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            self._advance_change_seq()  # a schema change changes what derived files would hold
+            if version == 0 or any(v not in INDEX_ONLY_MIGRATIONS for v in range(version + 1, SCHEMA_VERSION + 1)):
+                self._advance_change_seq()  # a schema change changes what derived files would hold
 
     def _store_error(self, exc: BaseException, doing: str = "") -> StoreError:
         """A ``StoreError`` naming the file for a raw sqlite3 error."""
@@ -800,17 +832,34 @@ class SQLiteStore:
             f"(e.dst IN ({qa}) AND e.src IN ({qb})))", a + b + a + b)]
 
     def superseded_chunks(self, nids: Sequence[int]) -> dict[int, str]:
+        ids = [int(n) for n in nids]
+        with self._lock:
+            self._ensure_open()
+            if self._depth == 0 and not self.conn.in_transaction:  # a write sees its own uncommitted rows
+                sup = self._superseded_map()
+                if sup is not None:
+                    return {n: sup[n] for n in ids if n in sup}
         out: dict[int, str] = {}
-        rows = self._select_in(
-            "SELECT e.dst, d.id FROM edges e JOIN edges n ON n.id = e.superseded_by "
-            "JOIN chunks d ON d.nid = n.dst WHERE e.dst IN ({ids}) AND e.valid_to IS NULL "
-            "AND e.superseded_by IS NOT NULL AND n.dst != e.dst AND n.relation != 'meta' "
-            "UNION ALL SELECT e.dst, s.id FROM edges e JOIN chunks s ON s.nid = e.src "
-            "WHERE e.dst IN ({ids}) AND e.valid_to IS NULL AND e.subtype IN ('invalidates', 'supersedes') "
-            "AND s.valid_to IS NULL", [int(n) for n in nids], size=400)
-        for nid, by in rows:
+        for nid, by in self._select_in(_SUPERSEDED_SQL.format(where="e.dst IN ({ids}) AND "), ids, size=400):
             out.setdefault(nid, by)
         return out
+
+    def _superseded_map(self) -> dict[int, str] | None:
+        """Every superseded chunk (nid -> id of the first chunk superseding it), read again only when the
+        database changed since (two reads of the connection's state, no query); None when there are more
+        than ``SUPERSEDED_CACHE_MAX`` (then the caller asks for its chunks only). The caller holds the lock."""
+        key = (self._retrying(lambda: self.conn.execute("PRAGMA data_version").fetchone()[0]),
+               self.conn.total_changes)
+        if key != self._sup_key:
+            rows = self._retrying(lambda: self.conn.execute(
+                _SUPERSEDED_SQL.format(where="") + " LIMIT ?", (SUPERSEDED_CACHE_MAX + 1,)).fetchall())
+            sup: dict[int, str] | None = None
+            if len(rows) <= SUPERSEDED_CACHE_MAX:
+                sup = {}
+                for nid, by in rows:
+                    sup.setdefault(nid, by)
+            self._sup, self._sup_key = sup, key
+        return self._sup
 
     def tagged_edge_rows(self) -> list[TaggedEdgeRow]:
         return [TaggedEdgeRow._make(r) for r in self.query(
