@@ -17,6 +17,9 @@ text (so every chunk counts as embedded; nothing is encoded per chunk). Then, ea
   index is ready, RSS after 20 more searches with distinct queries (every one encoded) and their p50;
 * the peer: the same store opened with ``embedder=None`` (no vectors at all), open + first search, RSS.
 
+RSS is also read after 100, 500 and 1,000 searches when ``--queries`` is that large (``--queries 501``:
+the growth over 500 searches).
+
 Writes ``benchmarks/results/vector_index_targets_<n>.md``.
 """
 from __future__ import annotations
@@ -116,7 +119,7 @@ if {spec} is not None:
         t = time.perf_counter()
         mem.search(q, top_k=10, reinforce=False)
         lat.append((time.perf_counter() - t) * 1000)
-        if i + 2 in (20, 100):
+        if i + 2 in (20, 100, 500, 1000):
             out[f"rss_{{i + 2}}"] = rss()
             out[f"status_{{i + 2}}"] = status()
     out["p50_ms"] = float(np.percentile(lat, 50))
@@ -253,8 +256,11 @@ def main() -> None:
                  f"index files current: {sum(r['fast'] for r in runs)}/{len(runs)} | embedder=None "
                  f"{peer_s:.2f} s | |")
     lines.append(f"| vector index ready after the first answer | {med('ready_s'):.3f} s | | not on the query path |")
-    for key, label in (("rss_first", "1 search"), ("rss_20", "20 searches"), ("rss_100", "100 searches")):
-        st = {"rss_first": "status_first", "rss_20": "status_20", "rss_100": "status_100"}[key]
+    for key, label in (("rss_first", "1 search"), ("rss_20", "20 searches"), ("rss_100", "100 searches"),
+                       ("rss_500", "500 searches"), ("rss_1000", "1,000 searches")):
+        if key not in runs[0]:
+            continue
+        st = "status_" + key.split("_")[1]
         lines.append(f"| RSS after {label} with the model | {med(key):.0f} MB (anonymous {med(st, 'RssAnon'):.0f} MB, "
                      f"file-backed {med(st, 'RssFile'):.0f} MB) | embedder=None after one search {peer_rss:.0f} MB "
                      f"| ≤ 800 MB at 1M |")

@@ -86,6 +86,14 @@ class Config:
     # (None: always exact); storage type of the segment: "f32", "f16" or "i8"
     vector_ann_min: int | None = 20_000
     vector_quantization: str = "f32"
+    # what close() does with chunks this process wrote that still have no vector (embedding.py, README
+    # "Who embeds the queue of a short-lived process"): "auto" — embed them here for at most 0.5 s when
+    # the model is loaded, hand the rest to one detached ``causalmem embed`` per store (it embeds only
+    # this session's rows and those written while it runs, then exits); "drain" — embed them here
+    # before close returns (loads the model if needed; never a child process); "off" — neither: they
+    # wait for the next process that stays open, ``flush()`` or ``causalmem embed``. True = "auto",
+    # False = "off". The environment variable CAUSALMEM_EMBED_HANDOFF, when set, overrides it.
+    embed_handoff: str | bool = "auto"
 
     def __post_init__(self) -> None:
         if self.rebuild_writes < 1:
@@ -113,6 +121,22 @@ class Config:
             raise ValueError(f"vector_ann_min must be a positive int or None, got {self.vector_ann_min!r}")
         if self.vector_quantization not in ("f32", "f16", "i8"):
             raise ValueError(f"vector_quantization must be 'f32', 'f16' or 'i8', got {self.vector_quantization!r}")
+        object.__setattr__(self, "embed_handoff", handoff_mode(self.embed_handoff, "embed_handoff"))
+
+
+#: the values of ``Config.embed_handoff`` (after normalisation)
+HANDOFF_MODES = ("auto", "drain", "off")
+
+
+def handoff_mode(value: Any, name: str) -> str:
+    """``value`` as one of ``HANDOFF_MODES`` (True -> "auto", False -> "off"); ValueError naming ``name``."""
+    if value is True:
+        return "auto"
+    if value is False:
+        return "off"
+    if isinstance(value, str) and value in HANDOFF_MODES:
+        return value
+    raise ValueError(f"{name} must be 'auto', 'drain', 'off', True or False, got {value!r}")
 
 
 def default_db() -> str:

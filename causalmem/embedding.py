@@ -17,19 +17,29 @@ queue was seen empty after the call began; ``stop()`` ends the thread after its 
 ``error`` and re-raised by ``wait``; the next ``kick`` tries again.
 
 Who drains the queue of a short-lived process (a CLI call, a worker per request: it closes before
-the deferred start, ``WORKER_START_DELAY_S``) — the rule at ``close()`` without ``drain``:
+the deferred start, ``WORKER_START_DELAY_S``) — the rule at ``close()`` without ``drain``, chosen by
+``Config.embed_handoff`` / ``Memory(embed_handoff=...)`` (the environment variable
+``CAUSALMEM_EMBED_HANDOFF``, when set, overrides both). It concerns only *this process's own rows*
+(:class:`OwnRows`: the chunks it wrote, or whose text it changed, without a vector):
 
-* a process that committed chunks still without vectors and whose model is already loaded (it
-  searched with the model, or its worker ran) embeds them itself, for at most ``CLOSE_DRAIN_S``;
-* what is left (or everything, when the model is not loaded: a writer never loads it just to
-  write) is handed to a detached ``causalmem embed`` process for the same file and embedder spec,
-  one at a time per store (an exclusive ``flock`` on ``<db>.idx/embed.lock``, taken by the closing
-  process and inherited by the child): while one runs, a closing writer starts none — the running
-  one looks at the queue again after it released the lock and goes on when it finds rows;
-* not handed off: an embedder given as an object (the child could not rebuild it), a store without
-  a file (``:memory:``, PostgreSQL), or ``CAUSALMEM_EMBED_HANDOFF=0`` in the environment; then the
-  queue waits for the next process that stays open a second (``RESUME_DELAY_S``), ``flush()``,
+* ``"auto"`` (default): a process whose model is already loaded (it searched with the model, or its
+  worker ran) embeds its own rows itself for at most ``CLOSE_DRAIN_S``; what is left (or everything,
+  when the model is not loaded: a writer never loads it just to write) is handed to a detached
+  ``causalmem embed`` for the same file and embedder spec, one at a time per store (an exclusive
+  ``flock`` on ``<db>.idx/embed.lock``, taken by the closing process and inherited by the child).
+  The child embeds only the rows it was handed (``ROWS_ENV``) — the closing process's rows and any
+  newer chunk (rows other writers commit while it runs) — and exits: an older backlog (a store
+  written with ``embedder=None``) is left to a process that stays open, ``flush()`` or
+  ``causalmem embed``. While one runs, a closing writer starts none: the running one looks at the
+  newer rows again after it released the lock and goes on when it finds some;
+* ``"drain"``: the closing process embeds its own rows itself before ``close`` returns (it loads
+  the model if needed; no time limit), never a child;
+* ``"off"``: neither (the ``CLOSE_DRAIN_S`` embedding of a loaded model still happens): the rows
+  wait for the next process that stays open a second (``RESUME_DELAY_S``), ``flush()``,
   ``close(drain=True)`` or ``causalmem embed``.
+
+Never handed off (``"auto"`` behaves as ``"off"``): an embedder given as an object (the child could
+not rebuild it), a store without a file (``:memory:``, PostgreSQL).
 """
 from __future__ import annotations
 
@@ -44,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from .config import handoff_mode
 from .store.base import text_hash
 from .vector_index import decode_rows, stop_at_exit
 
@@ -60,10 +71,14 @@ Progress = Callable[[int, int], None]
 _SUB_BATCH = 64
 #: seconds a closing process with its model loaded spends embedding its own backlog
 CLOSE_DRAIN_S = 0.5
-#: ``0`` turns the hand-off to a detached ``causalmem embed`` off (the test suite does)
+#: overrides ``Config.embed_handoff`` when set: ``0``/``off`` (the test suite sets it), ``1``/``auto``, ``drain``
 HANDOFF_ENV = "CAUSALMEM_EMBED_HANDOFF"
+_ENV_VALUES = {"0": "off", "off": "off", "false": "off", "no": "off", "1": "auto", "auto": "auto", "true": "auto",
+               "yes": "auto", "on": "auto", "drain": "drain"}
 #: the descriptor of the inherited embed lock, in a handed-off ``causalmem embed``
 LOCK_FD_ENV = "CAUSALMEM_EMBED_LOCK_FD"
+#: the rows a handed-off ``causalmem embed`` is to embed (``OwnRows.to_env``)
+ROWS_ENV = "CAUSALMEM_EMBED_ROWS"
 LOCK_NAME = "embed.lock"
 
 
@@ -72,8 +87,83 @@ def model_loaded(emb: Any) -> bool:
     return any(getattr(emb, a, None) is not None for a in ("_sess", "_sess_one", "_model"))
 
 
-def handoff_enabled() -> bool:
-    return os.environ.get(HANDOFF_ENV, "1").strip() != "0"
+def handoff_setting(configured: str | bool) -> str:
+    """The close-time rule in force: ``$CAUSALMEM_EMBED_HANDOFF`` when set (ValueError naming it when
+    it holds something else than the documented values), else ``configured`` (``Config.embed_handoff``)."""
+    raw = os.environ.get(HANDOFF_ENV)
+    if raw is None or not raw.strip():
+        return handoff_mode(configured, "embed_handoff")
+    mode = _ENV_VALUES.get(raw.strip().lower())
+    if mode is None:
+        raise ValueError(f"environment variable {HANDOFF_ENV} must be one of 0, 1, off, auto, drain, got {raw!r}")
+    return mode
+
+
+class OwnRows:
+    """The chunks one process queued (wrote, or changed the text of, without a vector): every chunk id
+    >= ``floor`` (new chunks get ids above every existing one) plus ``ids``, older chunks whose text it
+    changed (at most ``MAX_IDS``; beyond that ``floor`` drops to the lowest of them)."""
+
+    MAX_IDS = 2048
+
+    def __init__(self, floor: int | None = None, ids: Any = ()) -> None:
+        self.floor = floor
+        self.ids: set[int] = {int(i) for i in ids}
+
+    def __bool__(self) -> bool:
+        return self.floor is not None or bool(self.ids)
+
+    def __repr__(self) -> str:
+        return f"OwnRows(floor={self.floor}, ids={sorted(self.ids)[:8]}{'...' if len(self.ids) > 8 else ''})"
+
+    def new_chunks(self, nids: Any) -> None:
+        low = int(min(nids))
+        self.floor = low if self.floor is None else min(self.floor, low)
+        self.ids = {i for i in self.ids if i < self.floor}
+
+    def changed(self, nid: int) -> None:
+        if self.floor is not None and nid >= self.floor:
+            return
+        self.ids.add(int(nid))
+        if len(self.ids) > self.MAX_IDS:
+            self.floor = min(self.ids) if self.floor is None else min(self.floor, min(self.ids))
+            self.ids.clear()
+
+    def past(self, below: int) -> "OwnRows":
+        """A copy without the ids <= ``below`` (chunks known to have a vector)."""
+        floor = None if self.floor is None else max(self.floor, below + 1)
+        return OwnRows(floor, (i for i in self.ids if i > below))
+
+    def to_env(self) -> str:
+        return f"{'' if self.floor is None else self.floor};{','.join(map(str, sorted(self.ids)))}"
+
+    @classmethod
+    def from_env(cls, text: str) -> "OwnRows":
+        floor, _, ids = text.partition(";")
+        return cls(int(floor) if floor.strip() else None, (int(i) for i in ids.split(",") if i.strip()))
+
+
+class HandOff:
+    """What a handed-off ``causalmem embed`` received from the closing process: the embed lock's
+    descriptor and the rows to embed (None: the whole queue, as a manual ``causalmem embed``)."""
+
+    def __init__(self, fd: int, rows: OwnRows | None) -> None:
+        self.fd = fd
+        self.rows = rows
+
+    @classmethod
+    def take_from_env(cls) -> "HandOff | None":
+        """The hand-off this process was started with (read once: the variables are removed)."""
+        fd_text = os.environ.pop(LOCK_FD_ENV, None)
+        rows_text = os.environ.pop(ROWS_ENV, None)
+        if fd_text is None:
+            return None
+        try:
+            return cls(int(fd_text), None if rows_text is None else OwnRows.from_env(rows_text))
+        except ValueError:
+            logger.warning("causalmem: ignoring a malformed hand-off (%s=%r, %s=%r)", LOCK_FD_ENV, fd_text,
+                           ROWS_ENV, rows_text)
+            return None
 
 
 def try_lock(directory: Path) -> int | None:
@@ -96,15 +186,16 @@ def try_lock(directory: Path) -> int | None:
     return fd
 
 
-def hand_off(db_path: str, spec: str, directory: Path) -> bool:
-    """Start a detached ``causalmem embed`` for ``db_path`` with embedder ``spec`` unless one holds the
-    store's embed lock; True when started. The child inherits the lock (and drops it when done)."""
+def hand_off(db_path: str, spec: str, directory: Path, rows: OwnRows) -> bool:
+    """Start a detached ``causalmem embed`` for ``db_path`` with embedder ``spec`` for ``rows`` unless
+    one holds the store's embed lock; True when started. The child inherits the lock (and drops it
+    when done)."""
     fd = try_lock(directory)
     if fd is None:
         return False
     try:
         pkg_root = str(Path(__file__).resolve().parents[1])  # this very causalmem, whatever sys.path says
-        env = {**os.environ, LOCK_FD_ENV: str(fd), HANDOFF_ENV: "0",
+        env = {**os.environ, LOCK_FD_ENV: str(fd), ROWS_ENV: rows.to_env(), HANDOFF_ENV: "0",
                "PYTHONPATH": os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p)}
         subprocess.Popen([sys.executable, "-m", "causalmem", "-q", "--db", db_path, "embed", "--embedder", spec,
                           "--no-progress"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -118,16 +209,20 @@ def hand_off(db_path: str, spec: str, directory: Path) -> bool:
         os.close(fd)
 
 
-def continue_handed_off(views: "Views", progress: Progress | None = None) -> int:
-    """In a ``causalmem embed`` started by a hand-off (``LOCK_FD_ENV``), after its pass over the queue:
-    drop the inherited lock, look at the queue once more (a writer that found the lock held started
-    nobody) and go on — lock taken again — while rows keep coming; returns how many more it embedded."""
-    fd_text = os.environ.pop(LOCK_FD_ENV, None)
+def continue_handed_off(views: "Views", handed: HandOff | None) -> int:
+    """In a ``causalmem embed`` started by a hand-off, after its pass: drop the inherited lock, look
+    once more for rows (a writer that found the lock held started nobody) — only chunks from the
+    handed rows' ``floor`` up when it was given rows, else the whole queue — and go on, lock taken
+    again, while such rows keep coming; returns how many more it embedded."""
     directory = views.sidecar_dir
-    if fd_text is None:
+    if handed is None:
+        return 0
+    floor = None if handed.rows is None else handed.rows.floor
+    if handed.rows is not None and floor is None:  # only older texts were handed: nothing newer to watch
+        os.close(handed.fd)
         return 0
     done = 0
-    fd: int | None = int(fd_text)
+    fd: int | None = handed.fd
     while fd is not None:
         os.close(fd)  # released: from now on a closing writer starts its own child
         emb = views.embedder
@@ -135,15 +230,57 @@ def continue_handed_off(views: "Views", progress: Progress | None = None) -> int
             break
         with views.lock:
             views.sync_external()
-            left = bool(views.store.chunks_missing_embedding(emb.model_name, limit=1))
+            left = bool(views.store.chunks_missing_embedding(emb.model_name, limit=1,
+                                                             after_nid=-1 if floor is None else floor - 1))
         if not left:
             break
         fd = try_lock(directory)
         if fd is not None:
-            with views.lock:
-                views.reset_embedded_mark()
-            done += embed_pending(views, progress=progress)
+            if floor is None:
+                with views.lock:
+                    views.reset_embedded_mark()
+                done += embed_pending(views)
+            else:
+                done += embed_rows(views, OwnRows(floor))[0]
     return done
+
+
+def embed_rows(views: "Views", rows: OwnRows, *, batch_size: int = 256,
+               deadline: float | None = None) -> tuple[int, bool]:
+    """Embed the queued chunks among ``rows`` (their ``ids``, then every chunk from ``floor`` up) in the
+    calling thread, stopping between batches once ``time.monotonic()`` passed ``deadline``; returns
+    (vectors stored, whether none of ``rows`` is left without one)."""
+    with views.embed_lock:
+        emb = views.embedder
+        if emb is None or not rows:
+            return 0, True
+        model = emb.model_name
+
+        def late() -> bool:
+            return deadline is not None and time.monotonic() > deadline
+
+        done = 0
+        ids = sorted(rows.ids)
+        for lo in range(0, len(ids), batch_size):
+            if late():
+                return done, False
+            part = ids[lo: lo + batch_size]
+            with views.lock:
+                live = views.store.chunk_rows_by_nid(part)
+                have = {n for n, _ in views.store.embeddings_of(part, model)}
+            done += _embed_batch(views, [(n, r.text) for n, r in sorted(live.items())
+                                         if r.valid_to is None and n not in have])
+        after = None if rows.floor is None else rows.floor - 1
+        while after is not None:
+            with views.lock:
+                batch = views.store.chunks_missing_embedding(model, limit=batch_size, after_nid=after)
+            if not batch:
+                break
+            if late():
+                return done, False
+            after = batch[-1][0]
+            done += _embed_batch(views, batch)
+        return done, True
 
 
 def _embed_batch(views: "Views", batch: list[tuple[int, str]], stopping: Callable[[], bool] = lambda: False) -> int:
@@ -255,12 +392,6 @@ class EmbeddingWorker:
         stop_at_exit(self, "worker")  # a thread killed inside a native encoder aborts the process
         self._timer: threading.Timer | None = None
         self._deferred: threading.Timer | None = None  # the start after a write (``kick_deferred``)
-        self._wrote = 0  # the request of this process's last write without vectors
-
-    @property
-    def own_backlog(self) -> bool:
-        """Whether chunks this process wrote may still be without vectors."""
-        return self._done < self._wrote
 
     @property
     def running(self) -> bool:
@@ -281,7 +412,6 @@ class EmbeddingWorker:
             if self._stop:
                 return
             self._kicks += 1
-            self._wrote = self._kicks
             if self.running:
                 self._cond.notify_all()
                 return

@@ -6,6 +6,7 @@ queries to ``causal``, retrieval to ``retrieval``, learning to ``learning``, sle
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 import threading
@@ -40,7 +41,10 @@ class Memory:
 
     def __init__(self, path: str | os.PathLike[str] = ":memory:", *, config: Config | None = None,
                  clock: Callable[[], float] | None = None, embedder: Any = "auto", judge: Any = None,
-                 distiller: Any = None, read_only: bool = False, backend: str | None = None) -> None:
+                 distiller: Any = None, read_only: bool = False, backend: str | None = None,
+                 embed_handoff: str | bool | None = None) -> None:
+        """``embed_handoff`` (default ``config.embed_handoff``, "auto"): what ``close()`` does with rows
+        this process wrote that still have no vector — "auto", "drain" or "off" (``Config``)."""
         if config is not None and not isinstance(config, Config):
             raise TypeError(f"config must be a causalmem.Config, got {type(config).__name__}")
         if clock is not None and not callable(clock):
@@ -48,6 +52,8 @@ class Memory:
         if not isinstance(read_only, bool):
             raise TypeError(f"read_only must be True or False, got {type(read_only).__name__}")
         self.config = config or Config()
+        if embed_handoff is not None:
+            self.config = dataclasses.replace(self.config, embed_handoff=embed_handoff)
         self._lock = threading.RLock()
         self._store = Store(path, busy_timeout_ms=self.config.busy_timeout_ms, read_only=read_only,
                             backend=backend)

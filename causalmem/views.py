@@ -25,8 +25,8 @@ import numpy as np
 
 from . import sidecar
 from .chunks import ChunkTable
-from .embedding import CLOSE_DRAIN_S, EmbeddingWorker, Progress, continue_handed_off, embed_pending, hand_off, \
-    handoff_enabled, model_loaded
+from .embedding import CLOSE_DRAIN_S, EmbeddingWorker, HandOff, OwnRows, Progress, continue_handed_off, \
+    embed_pending, embed_rows, hand_off, handoff_setting, model_loaded
 from .config import Config
 from .lexical import BM25Index
 from .onnx_embedder import QueryVectorCache
@@ -173,7 +173,17 @@ class Views:
         self.embed_lock = threading.Lock()  # one embedding pass at a time (worker or reembed)
         self.embedded_below = 0  # every live chunk with nid <= this has a current vector (a hint)
         self.mark_resets = 0  # bumped whenever the hint is reset
-        if embedder is not None and getattr(store, "path", ":memory:") != ":memory:":
+        #: what close() does with this process's rows still without a vector ("auto", "drain", "off")
+        try:
+            self.handoff = handoff_setting(config.embed_handoff)
+        except ValueError:
+            store.close()
+            raise
+        self.own_rows = OwnRows()  # the chunks this process queued (the bound of a close-time hand-off)
+        #: set in a ``causalmem embed`` started by a hand-off: it embeds the rows it was handed, no more
+        self.handed_off = HandOff.take_from_env() if embedder is not None else None
+        self.handoff_child = self.handed_off is not None  # then no background worker ever starts here
+        if embedder is not None and getattr(store, "path", ":memory:") != ":memory:" and not self.handoff_child:
             # the queue of an earlier process (crash, close without drain) resumes shortly after open
             worker = self.worker
             if worker is not None:
@@ -267,7 +277,7 @@ class Views:
     def queue_changed(self) -> None:
         """Chunks without vectors were committed: wake the background worker (its first start is
         deferred by ``WORKER_START_DELAY_S``: a one-shot writer closes before it loads the model)."""
-        if self._embedder_spec is None or self._closed:
+        if self._embedder_spec is None or self._closed or self.handoff_child:
             return
         worker = self.worker
         if worker is not None:
@@ -303,9 +313,10 @@ class Views:
 
     def close(self, *, drain: bool = False) -> None:
         """``Memory.close``: stop the worker (``drain``: after it embedded the queue; else the rule of
-        ``embedding.py``: a small own backlog embedded here, the rest handed off), write the queued
-        reinforcement (dropped with a log line if the file refuses it), close the store."""
-        handoff = False if drain else self._settle_queue()
+        ``embedding.py`` for this process's own rows, ``Config.embed_handoff``), write the queued
+        reinforcement (dropped with a log line if the file refuses it), close the store, and hand
+        what is left of the own rows to a detached ``causalmem embed`` when the rule says so."""
+        rows = None if drain else self._settle_queue()
         self.stop_worker(drain=drain)  # outside the lock: the worker's last batch needs it
         with self.lock:
             if getattr(self.store, "_closed", False):
@@ -320,23 +331,43 @@ class Views:
                     self.stamp_vectors()  # never raises
                 finally:
                     self.store.close()
-        if handoff and self.sidecar_dir is not None:
-            hand_off(str(self.store.path), str(self._embedder_spec), self.sidecar_dir)
+        if rows is not None and self.sidecar_dir is not None:
+            hand_off(str(self.store.path), str(self._embedder_spec), self.sidecar_dir, rows)
 
-    def _settle_queue(self) -> bool:
-        """At close: embed this process's own backlog when its model is loaded (at most
-        ``CLOSE_DRAIN_S``); True when rows it wrote are still without vectors and may be handed off."""
+    def _settle_queue(self) -> OwnRows | None:
+        """At close, the own rows still without a vector: embedded here — for at most ``CLOSE_DRAIN_S``
+        when the model is loaded, or all of them with ``embed_handoff="drain"`` — and what is left
+        returned when it is to be handed off (``"auto"``, a file store, an embedder spec), else None."""
         worker = self._worker
-        if worker is None or not worker.own_backlog or self._closed:
-            return False
-        if model_loaded(self._embedder):
-            try:
-                if worker.wait(CLOSE_DRAIN_S):
-                    return False
-            except RuntimeError as exc:  # the embedder failed: the queue stays in the store
-                log.warning("causalmem: embedding at close failed: %s", exc)
-                return False
-        return isinstance(self._embedder_spec, str) and self.sidecar_dir is not None and handoff_enabled()
+        if worker is None or not self.own_rows or self._closed or self._embedder_spec is None:
+            return None
+        with self.lock:
+            rows = self.own_rows.past(self.embedded_below) if self.embedded_below > 0 else self.own_rows
+        drain_all = self.handoff == "drain"
+        if not drain_all and not model_loaded(self._embedder):
+            return self._handoff_rows(rows)
+        worker.stop()  # its current sub-batch ends; the own rows are embedded here instead
+        try:
+            _, complete = embed_rows(self, rows, batch_size=64,
+                                     deadline=None if drain_all else time.monotonic() + CLOSE_DRAIN_S)
+        except Exception as exc:  # the embedder failed: the queue stays in the store
+            log.warning("causalmem: embedding at close failed: %s", exc)
+            return None
+        return None if complete else self._handoff_rows(rows)
+
+    def _handoff_rows(self, rows: OwnRows) -> OwnRows | None:
+        """``rows`` to hand to a detached ``causalmem embed``, or None when this store/embedder/setting
+        cannot or must not; with only older texts changed, the child also watches chunks from the
+        next id up (rows other writers commit while it runs)."""
+        if self.handoff != "auto" or not isinstance(self._embedder_spec, str) or self.sidecar_dir is None:
+            return None
+        if rows.floor is None:
+            query = getattr(self.store, "query", None)
+            if query is not None:
+                with self.lock:
+                    top = query("SELECT MAX(nid) FROM chunks")[0][0]
+                rows = OwnRows(0 if top is None else int(top) + 1, rows.ids)
+        return rows
 
     def flush(self) -> int:
         """``Memory.flush``: wait for every vector, then write the queued reinforcement."""
@@ -398,10 +429,14 @@ class Views:
 
     def reembed(self, model_name: str, progress: Progress | None = None) -> int:
         """Vectors for every chunk whose text or model changed, in this thread; returns how many."""
-        with self.lock:
-            self.reset_embedded_mark()  # look at every chunk
-        done = embed_pending(self, progress=progress)
-        return done + continue_handed_off(self, progress)  # a handed-off ``causalmem embed``: until no rows come
+        handed, self.handed_off = self.handed_off, None
+        if handed is not None and handed.rows is not None:  # a handed-off ``causalmem embed``: its rows only
+            done = embed_rows(self, handed.rows)[0]
+        else:
+            with self.lock:
+                self.reset_embedded_mark()  # look at every chunk
+            done = embed_pending(self, progress=progress)
+        return done + continue_handed_off(self, handed)  # a handed-off one: until no newer rows come
 
     # ------------------------------------------------------------------ reads
     def tables(self) -> tuple[ChunkTable, BM25Index]:
@@ -987,6 +1022,7 @@ class Views:
         vectors = vectors or {}
         if len(vectors) < len(chunks):
             self._embed_queued = True
+            self.own_rows.new_chunks([c.nid for c in chunks if c.nid not in vectors])
         self._note("ci", [c.nid for c in chunks])
 
         def apply() -> None:
@@ -1048,6 +1084,7 @@ class Views:
         if vector is None:
             self._embed_queued = True
             self.reset_embedded_mark()
+            self.own_rows.changed(nid)
         self._note("ct", (nid,))
 
         def apply() -> None:
