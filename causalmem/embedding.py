@@ -87,6 +87,16 @@ def model_loaded(emb: Any) -> bool:
     return any(getattr(emb, a, None) is not None for a in ("_sess", "_sess_one", "_model"))
 
 
+def query_encoder_ready(emb: Any) -> bool:
+    """Whether encoding one query with ``emb`` now costs no model or session load (an embedder of
+    unknown kind: assumed ready). A search whose encoder is not ready encodes before it takes the lock
+    (a session load on the query thread would hold every writer of the process for its duration)."""
+    for attr in ("_sess_one", "_model"):  # OnnxEmbedder's single-query session; SentenceTransformerEmbedder
+        if hasattr(emb, attr):
+            return getattr(emb, attr) is not None
+    return True
+
+
 def handoff_setting(configured: str | bool) -> str:
     """The close-time rule in force: ``$CAUSALMEM_EMBED_HANDOFF`` when set (ValueError naming it when
     it holds something else than the documented values), else ``configured`` (``Config.embed_handoff``)."""

@@ -26,7 +26,7 @@ import numpy as np
 from . import sidecar
 from .chunks import ChunkTable
 from .embedding import CLOSE_DRAIN_S, EmbeddingWorker, HandOff, OwnRows, Progress, continue_handed_off, \
-    embed_pending, embed_rows, hand_off, handoff_setting, model_loaded
+    embed_pending, embed_rows, hand_off, handoff_setting, model_loaded, query_encoder_ready
 from .config import Config
 from .lexical import BM25Index
 from .onnx_embedder import QueryVectorCache
@@ -239,7 +239,8 @@ class Views:
         being mapped are answered at once, as :meth:`encode_query` does."""
         emb = self.embedder
         vi = self.vectors
-        if emb is None or not isinstance(query, str) or vi is None or not len(vi) or not vi.ready:
+        if emb is None or not isinstance(query, str) or vi is None or not len(vi) or not vi.ready \
+                or not query_encoder_ready(emb):  # a session load: here, before the caller takes the lock
             return PendingQuery(self.encode_query(query))
         hit = self.query_cache.peek(emb, query)
         if hit is not None:
