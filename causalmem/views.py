@@ -363,11 +363,8 @@ class Views:
         if self.handoff != "auto" or not isinstance(self._embedder_spec, str) or self.sidecar_dir is None:
             return None
         if rows.floor is None:
-            query = getattr(self.store, "query", None)
-            if query is not None:
-                with self.lock:
-                    top = query("SELECT MAX(nid) FROM chunks")[0][0]
-                rows = OwnRows(0 if top is None else int(top) + 1, rows.ids)
+            with self.lock:
+                rows = OwnRows(self.store.max_chunk_nid() + 1, rows.ids)
         return rows
 
     def flush(self) -> int:

@@ -176,6 +176,9 @@ PG_SKIPS: dict[str, str] = {
     "file",
     "test_oneshot_embed.py::": "the hand-off of the embedding queue takes a lock in <db>.idx/ next to a SQLite "
     "file; a PostgreSQL memory's queue waits for the next long-lived opener",
+    **{f"test_oneshot_handoff.py::{name}": "one-shot writer processes on a SQLite file and its <db>.idx/ embed lock"
+       for name in ("test_off_in_code", "test_the_environment_variable", "test_auto_in_code", "test_drain_",
+                    "test_the_handed_off_child", "test_a_bounded_child", "test_a_writer_that_only_rewrote")},
 }
 
 

@@ -247,3 +247,36 @@ def test_bad_values_are_refused_with_the_argument_named(tmp_path, monkeypatch):
     monkeypatch.setenv(HANDOFF_ENV, "drain")
     with Memory(db, embed_handoff="off", embedder=None) as m:
         assert m._views.handoff == "drain" and m.config.embed_handoff == "off"
+
+
+def test_a_writer_that_only_rewrote_an_old_text_hands_off_that_one_and_later_rows(tmp_path):
+    """Only an older text changed (no new chunk): the child embeds it, and watches chunks from the
+    store's next id up (``max_chunk_nid() + 1``) for writers closing while it runs, not the old backlog."""
+    db = tmp_path / "agent.db"
+    old = _old_backlog(db, 30)
+    with Memory(db, embedder=None) as m:
+        victim_nid = sorted(old)[7]
+        victim = m._store.query("SELECT id FROM chunks WHERE nid = ?", (victim_nid,))[0][0]
+    code = WRITER.replace('for k in range(2):', 'for k in range(0):')
+    p = subprocess.run([sys.executable, "-c", code.format(db=str(db), i=0, kwargs="", more=(
+        f"mem.update({victim!r}, 'old decision about the queue consumer, rewritten')"))],
+        capture_output=True, text=True, timeout=300, env=_env(None), cwd=REPO)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert _lock_file(db).exists()
+    assert _wait_lock_free(db, 240) and _wait_children_gone(db, 60)
+    have, live = _vectors(db)
+    assert live == old and have == {victim_nid}
+
+
+def test_max_chunk_nid_counts_deleted_chunks_too(db_path):
+    """The store method the hand-off's floor reads (both backends: the PostgreSQL pass runs this too)."""
+    with Memory(db_path, embedder=None) as m:
+        assert m._store.max_chunk_nid() == 0
+        m.record_decision("first decision", "first outcome")
+        top = m._store.max_chunk_nid()
+        assert top == max(r[0] for r in m._store.query("SELECT nid FROM chunks"))
+        last = m._store.query("SELECT id FROM chunks WHERE nid = %d" % top)[0][0]
+        m.delete(last)
+        assert m._store.max_chunk_nid() == top
+        m.record_decision("second decision", "second outcome")
+        assert m._store.max_chunk_nid() == top + 2

@@ -546,6 +546,9 @@ class StoreBackend(Protocol):
         This *is* the background embedding queue: a write commits chunks without vectors,
         so a crash never loses queued work. ``limit``/``after_nid`` page through it."""
 
+    def max_chunk_nid(self) -> int:
+        """The highest chunk id stored, live or not (0 for none): a chunk written later gets a higher one."""
+
     def has_embeddings(self, model: str) -> bool:
         """True when at least one vector of ``model`` is stored (an indexed existence check)."""
 

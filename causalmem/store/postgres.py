@@ -1761,6 +1761,9 @@ class PostgresStore:
             "AND (e.nid IS NULL OR e.model <> %s OR e.text_hash <> c.text_hash) "
             "ORDER BY c.nid LIMIT %s", (int(after_nid), model, None if limit is None else int(limit)))
 
+    def max_chunk_nid(self) -> int:
+        return int(self._one("SELECT COALESCE(MAX(nid), 0) FROM chunks"))
+
     def has_embeddings(self, model: str) -> bool:
         return bool(self._one("SELECT EXISTS (SELECT 1 FROM embeddings WHERE model = %s)", (model,)))
 

@@ -1185,6 +1185,9 @@ class SQLiteStore:
             "WHERE c.nid > ? AND c.valid_to IS NULL AND (e.nid IS NULL OR e.model != ? OR e.text_hash != c.text_hash) "
             "ORDER BY c.nid LIMIT ?", (int(after_nid), model, -1 if limit is None else int(limit)))
 
+    def max_chunk_nid(self) -> int:
+        return int(self._one("SELECT COALESCE(MAX(nid), 0) FROM chunks"))
+
     def has_embeddings(self, model: str) -> bool:
         return bool(self.query("SELECT EXISTS (SELECT 1 FROM embeddings WHERE model = ?)", (model,))[0][0])
 
