@@ -309,3 +309,26 @@ def transpose_csr(n_nodes, indptr, indices, weights, valid=None, inhibitory=None
             None if valid is None else np.asarray(valid, np.uint8)[order],
             None if inhibitory is None else np.asarray(inhibitory, np.uint8)[order],
             rev_of_fwd, order.astype(idx_type))
+
+
+def pread_rows(fd, pos, rowbytes, offset, out):
+    """Rows ``pos`` of ``rowbytes`` bytes each from file ``fd`` (row ``p`` at ``offset + p * rowbytes``)
+    into ``out`` (see the compiled twin): ``os.pread`` per row."""
+    import os
+
+    pos = np.asarray(pos, dtype=np.int64)
+    n = pos.shape[0]
+    if rowbytes <= 0:
+        raise ValueError(f"rowbytes must be positive, got {rowbytes}")
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
+    if out.shape[0] != n * rowbytes:
+        raise ValueError(f"out has {out.shape[0]} bytes, expected {n * rowbytes} ({n} rows of {rowbytes})")
+    if n and int(pos.min()) < 0:
+        raise ValueError(f"row position {int(pos.min())} is negative")
+    for i, p in enumerate(pos.tolist()):
+        buf = os.pread(fd, rowbytes, offset + p * rowbytes)
+        if len(buf) != rowbytes:
+            raise OSError("short read: a row is past the end of the file")
+        out[i * rowbytes: (i + 1) * rowbytes] = np.frombuffer(buf, dtype=np.uint8)
+    return n

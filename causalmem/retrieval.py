@@ -152,6 +152,10 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
         lex_sc = np.empty(0, np.float32)
         if "lexical" in chans:
             lex_ids, lex_sc = lexical.search(query, top_k=depth, allowed=mask)
+        lex_vectors = None
+        if encoded is not None and encoded.future is not None and fusion == "blend" and p.centre and len(lex_ids):
+            # the lexical candidates' vectors (the centred blend reads them) while the query thread works
+            lex_vectors = (lex_ids, *views.vectors_of(lex_ids))
         vec_ids = np.empty(0, np.int64)
         vec_sc = np.empty(0, np.float32)
         if encoded is not None:
@@ -161,21 +165,22 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
             elif qvec is not None:
                 vec_ids, vec_sc = views.vector_search(qvec[0], depth, mask)  # exact from the store while loading
         lex_max = float(lex_sc[0]) if len(lex_sc) else 1.0
-        lex_norm = {int(i): float(s) / lex_max for i, s in zip(lex_ids, lex_sc)}
-        lex_rank = {int(i): r for r, i in enumerate(lex_ids)}
-        cos = {int(i): float(s) for i, s in zip(vec_ids, vec_sc)}
-        vec_rank = {int(i): r for r, i in enumerate(vec_ids)}
+        cos = dict(zip(vec_ids.tolist(), vec_sc.tolist()))
+        # ranks (explain, rrf) and normalised BM25 (hybrid) as dicts only where they are read
+        lex_rank = dict(zip(lex_ids.tolist(), range(len(lex_ids)))) if explain or fusion != "blend" else {}
+        vec_rank = dict(zip(vec_ids.tolist(), range(len(vec_ids)))) if explain or fusion != "blend" else {}
         act: dict[int, float] = {}
         seeds: dict[int, float] = {}
         if fusion == "blend":
             nids, scores, seeds, act = _blend(views, table, mask, chans, qvec, lex_ids,
                                               lex_sc.astype(np.float64) / lex_max,
-                                              cos, vec_ids, vec_sc, p)
+                                              cos, vec_ids, vec_sc, p, lex_vectors)
             if not len(nids):
                 return []
             if p.prf_terms and "lexical" in chans:
                 nids, scores = _second_pass(views, lexical, query, mask, nids, scores, lex_ids, depth, p)
         else:
+            lex_norm = {int(i): float(s) / lex_max for i, s in zip(lex_ids, lex_sc)}
             if "graph" in chans and (lex_norm or cos):
                 for ids, sig in ((lex_ids[: p.graph_seeds], lex_norm), (vec_ids[: p.graph_seeds], cos)):
                     for i in ids:
@@ -232,7 +237,7 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
             hits.append(Hit(id=row.id, text=row.text, score=chosen_scores[n], kind=row.kind, created_at=row.created_at,
                             event_time=row.event_time, user_id=row.user_id, agent_id=row.agent_id, run_id=row.run_id,
                             session_id=row.session_id, superseded_by=sup.get(n), signals=signals,
-                            metadata=json.loads(row.metadata) if row.metadata else {}))
+                            metadata=json.loads(row.metadata) if row.metadata and row.metadata != "{}" else {}))
         if reinforce and hits:
             _reinforce(views, [n for n in chosen if n in rows])
         return hits
@@ -286,6 +291,23 @@ def _centred_cosines(views: Views, qv: np.ndarray, ids: np.ndarray, mean: np.nda
     return _lookup(have[order], cc[order], np.asarray(ids, np.int64))
 
 
+def _vectors_with(views: Views, nids: np.ndarray, known: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``views.vectors_of(nids)`` (ascending ``nids``) reading only those not in ``known`` = (ids asked
+    before, those of them with a vector, their vectors): the same ids and rows in the same order."""
+    if known is None:
+        return views.vectors_of(nids)
+    asked, have, mat = known
+    r_have, r_mat = views.vectors_of(np.setdiff1d(nids, asked))
+    parts = [(i, m) for i, m in ((have, mat), (r_have, r_mat)) if len(i)]
+    if not parts:
+        return have, mat
+    ids = np.concatenate([i for i, _ in parts])
+    rows = np.concatenate([m for _, m in parts])
+    order = np.argsort(ids, kind="stable")
+    return ids[order], rows[order]
+
+
 def _lookup(keys: np.ndarray, vals: np.ndarray, ids: np.ndarray, default: float = 0.0) -> np.ndarray:
     """vals[keys == id] for each id (keys sorted ascending), ``default`` where absent."""
     out = np.full(len(ids), default, dtype=np.float64)
@@ -298,7 +320,7 @@ def _lookup(keys: np.ndarray, vals: np.ndarray, ids: np.ndarray, default: float 
 
 def _blend(views: Views, table, mask: np.ndarray, chans: tuple[str, ...], qvec, lex_ids: np.ndarray,
            lex_norm: np.ndarray, cos: dict[int, float], vec_ids: np.ndarray, vec_sc: np.ndarray,
-           p: RetrievalParams):
+           p: RetrievalParams, lex_vectors: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None):
     """Score-level fusion ("blend", the default).
 
     base = (a*BM25/best BM25 + b*cosine) / (a + b) over the union of the channels' candidates,
@@ -316,7 +338,7 @@ def _blend(views: Views, table, mask: np.ndarray, chans: tuple[str, ...], qvec, 
     mean = None
     pool: tuple[np.ndarray, np.ndarray] | None = None
     if use_vec and p.centre:
-        pool = views.vectors_of(nids)
+        pool = _vectors_with(views, nids, lex_vectors)
         if len(pool[0]) >= p.centre_min:
             mean = pool[1].mean(axis=0, dtype=np.float64)
     a = p.blend_lex if use_lex else 0.0

@@ -1,0 +1,112 @@
+"""Issue 10, search with the model: the compiled row gather of the vector index's rescoring
+(``pread_rows``: one ``pread`` per row with the GIL released for the whole gather) against its
+plain-Python twin and numpy on real files, and the centred blend's reuse of the lexical
+candidates' vectors read while the query is encoded (``_vectors_with``)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from causalmem import _kernels
+from causalmem.retrieval import _vectors_with
+from causalmem.vector_index import Rows
+
+IMPLS = [pytest.param(_kernels.reference.pread_rows, id="python")]
+if _kernels.compiled is not None:
+    IMPLS.append(pytest.param(_kernels.compiled.pread_rows, id="compiled"))
+
+
+@pytest.fixture
+def rows_file(tmp_path):
+    rng = np.random.default_rng(3)
+    mat = rng.standard_normal((777, 48)).astype(np.float32)
+    path = tmp_path / "rows.bin"
+    path.write_bytes(b"H" * 80 + mat.tobytes())
+    fd = os.open(path, os.O_RDONLY)
+    yield fd, mat
+    os.close(fd)
+
+
+@pytest.mark.parametrize("gather", IMPLS)
+def test_pread_rows_reads_exactly_the_rows_asked(rows_file, gather):
+    fd, mat = rows_file
+    rb = mat.shape[1] * 4
+    rng = np.random.default_rng(9)
+    for n in (0, 1, 2, 57, 400):
+        pos = rng.integers(0, mat.shape[0], n).astype(np.int64)
+        if n > 2:
+            pos[1] = pos[0]  # repeats allowed
+            pos[2] = mat.shape[0] - 1  # the last row
+        out = np.full(n * rb, 0xAB, dtype=np.uint8)
+        assert gather(fd, pos, rb, 80, out) == n
+        np.testing.assert_array_equal(out.view(np.float32).reshape(n, mat.shape[1]), mat[pos])
+
+
+@pytest.mark.parametrize("gather", IMPLS)
+def test_pread_rows_refuses_bad_input(rows_file, gather):
+    fd, mat = rows_file
+    rb = mat.shape[1] * 4
+    with pytest.raises(ValueError, match="out has"):
+        gather(fd, np.array([1, 2], np.int64), rb, 80, np.empty(rb, np.uint8))
+    with pytest.raises(ValueError, match="negative"):
+        gather(fd, np.array([3, -1], np.int64), rb, 80, np.empty(2 * rb, np.uint8))
+    with pytest.raises(ValueError, match="rowbytes"):
+        gather(fd, np.array([1], np.int64), 0, 80, np.empty(0, np.uint8))
+    with pytest.raises(ValueError, match="offset"):
+        gather(fd, np.array([1], np.int64), rb, -8, np.empty(rb, np.uint8))
+    with pytest.raises(OSError, match="short read"):  # a row past the end of the file
+        gather(fd, np.array([0, mat.shape[0]], np.int64), rb, 80, np.empty(2 * rb, np.uint8))
+    with pytest.raises(OSError):  # not an open file
+        gather(-1, np.array([0], np.int64), rb, 80, np.empty(rb, np.uint8))
+
+
+def test_rows_file_take_matches_the_array(tmp_path):
+    """``Rows.take`` over a ``.npy`` rows file (the compiled gather) = the same rows held in memory."""
+    rng = np.random.default_rng(4)
+    for dtype, np_dtype in (("f32", "<f4"), ("f16", "<f2"), ("i8", "i1")):
+        raw = (rng.standard_normal((300, 32)) * (40 if dtype == "i8" else 1)).astype(np_dtype)
+        path = tmp_path / f"r-{dtype}.npy"
+        np.save(path, raw)
+        on_disk, in_memory = Rows(32, dtype, path=path), Rows(32, dtype, array=raw)
+        try:
+            pos = rng.integers(0, 300, 123)
+            np.testing.assert_array_equal(on_disk.take(pos), in_memory.take(pos))
+            with pytest.raises(IndexError):
+                on_disk.take(np.array([300]))
+        finally:
+            on_disk.close()
+
+
+class _Views:
+    """The one method ``_vectors_with`` calls: the vectors of a real index, in the order asked."""
+
+    def __init__(self, ids: np.ndarray, mat: np.ndarray) -> None:
+        self.ids, self.mat, self.calls = ids, mat, []
+
+    def vectors_of(self, nids):
+        nids = np.asarray(nids, np.int64)
+        self.calls.append(nids)
+        have = np.isin(nids, self.ids)
+        pos = np.searchsorted(self.ids, nids[have])
+        return nids[have], self.mat[pos]
+
+
+def test_vectors_with_known_rows_is_vectors_of():
+    rng = np.random.default_rng(6)
+    ids = np.sort(rng.choice(5000, 900, replace=False)).astype(np.int64)  # chunks with a vector
+    views = _Views(ids, rng.standard_normal((900, 16)).astype(np.float32))
+    for _ in range(200):
+        lex = rng.choice(5000, rng.integers(0, 60), replace=False).astype(np.int64)  # BM25 order
+        vec = rng.choice(ids, rng.integers(0, 60), replace=False)
+        nids = np.union1d(lex, vec).astype(np.int64)
+        want = views.vectors_of(nids)
+        known = (lex, *views.vectors_of(lex))
+        views.calls.clear()
+        got = _vectors_with(views, nids, known)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        assert len(views.calls) == 1 and not np.isin(views.calls[0], lex).any()  # only the rest is read
+    got = _vectors_with(views, np.array([3, 7], np.int64), None)  # nothing known: one plain read
+    np.testing.assert_array_equal(got[0], views.vectors_of(np.array([3, 7]))[0])
