@@ -46,9 +46,10 @@ bm25_segments = _impl.bm25_segments
 bm25_top = _impl.bm25_top
 bonus_sum = _impl.bonus_sum
 pread_rows = _impl.pread_rows
+bm25_dense = _impl.bm25_dense
 
 __all__ = [
     "HAVE_EXTENSION", "compiled", "reference", "spread", "spread_view", "GraphView",
     "validate_seeds", "SpreadWorkspace", "coo_to_csr", "transpose_csr", "links_among",
-    "bm25_segments", "bm25_top", "bonus_sum", "pread_rows",
+    "bm25_segments", "bm25_top", "bonus_sum", "pread_rows", "bm25_dense",
 ]

@@ -1645,3 +1645,45 @@ cdef int errno_value() noexcept:
 def os_strerror(int err):
     import os
     return os.strerror(err)
+
+
+def bm25_dense(double[::1] buf, const double[::1] norm, list slots_list, list tfs_list,
+               const double[::1] weights):
+    """Add each query term's BM25 contributions into the dense per-slot buffer ``buf``: for term
+    ``t`` (postings ``slots_list[t]`` / ``tfs_list[t]``, int32, a term's slots distinct, weight
+    ``weights[t]``) ``buf[slot] += w·tf / (tf + norm[slot])``, term after term — the float64
+    operations of ``lexical._term_scores`` and numpy's ``buf[slots] += ...`` in the same order, so
+    ``buf`` ends bit-identical. A slot outside ``buf`` or ``norm`` raises ``ValueError`` (nothing added)."""
+    cdef Py_ssize_t nt = len(slots_list), t, k, n
+    cdef Py_ssize_t limit = min(buf.shape[0], norm.shape[0])
+    cdef const int32_t[::1] sl
+    cdef const int32_t[::1] tf
+    cdef vector[const int32_t*] sp
+    cdef vector[const int32_t*] tp
+    cdef vector[Py_ssize_t] lens
+    cdef double c, x, w
+    cdef int32_t s
+    if len(tfs_list) != nt or weights.shape[0] != nt:
+        raise ValueError("one tfs array and one weight per term")
+    for t in range(nt):
+        sl = slots_list[t]
+        tf = tfs_list[t]
+        n = sl.shape[0]
+        if tf.shape[0] != n:
+            raise ValueError("slots and tfs of a term must have the same length")
+        for k in range(n):
+            if sl[k] < 0 or sl[k] >= limit:
+                raise ValueError(f"slot {sl[k]} out of range [0, {limit})")
+        sp.push_back(&sl[0] if n else NULL)
+        tp.push_back(&tf[0] if n else NULL)
+        lens.push_back(n)
+    with nogil:
+        for t in range(nt):
+            w = weights[t]
+            for k in range(lens[t]):
+                s = sp[t][k]
+                x = <double>tp[t][k]
+                c = norm[s] + x
+                c = x / c
+                c = c * w
+                buf[s] += c

@@ -332,3 +332,23 @@ def pread_rows(fd, pos, rowbytes, offset, out):
             raise OSError("short read: a row is past the end of the file")
         out[i * rowbytes: (i + 1) * rowbytes] = np.frombuffer(buf, dtype=np.uint8)
     return n
+
+
+def bm25_dense(buf, norm, slots_list, tfs_list, weights):
+    """``buf[slots] += w·tf / (tf + norm[slots])`` term after term (see the compiled twin)."""
+    if not len(slots_list) == len(tfs_list) == len(weights):
+        raise ValueError("one tfs array and one weight per term")
+    limit = min(buf.shape[0], norm.shape[0])
+    for slots, tfs in zip(slots_list, tfs_list):
+        if len(slots) != len(tfs):
+            raise ValueError("slots and tfs of a term must have the same length")
+        if len(slots) and (int(np.min(slots)) < 0 or int(np.max(slots)) >= limit):
+            bad = int(np.min(slots)) if int(np.min(slots)) < 0 else int(np.max(slots))
+            raise ValueError(f"slot {bad} out of range [0, {limit})")
+    for slots, tfs, w in zip(slots_list, tfs_list, weights):
+        tf = np.asarray(tfs).astype(np.float64)
+        c = norm[slots]
+        c += tf
+        np.divide(tf, c, out=c)
+        c *= float(w)
+        buf[slots] += c
