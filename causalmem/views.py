@@ -92,9 +92,11 @@ class PendingQuery:
     def __init__(self, qvec: np.ndarray | None) -> None:
         self.qvec = qvec
         self.future: Any = None
+        self.pool: Any = None  # the query thread's executor (set with ``future``)
         self._lock = threading.Lock()
         self._job: Callable[[np.ndarray], Any] | None = None
         self._claimed = False
+        self._search: Any = None  # the job's own future when it was offered after the encode finished
         self.searched: Any = None
 
     def run(self, encode: Callable[[], np.ndarray]) -> np.ndarray:
@@ -107,15 +109,25 @@ class PendingQuery:
         return vec
 
     def offer(self, job: Callable[[np.ndarray], Any]) -> None:
-        """``job(qvec)`` to run on the query thread after the encode (ignored when it finished already:
-        then the caller runs it, ``searched`` stays None)."""
+        """``job(qvec)`` to run on the query thread after the encode: picked up by the encode's task,
+        or, when the encode finished first (the caller was slow to get here), queued on the query
+        thread as a task of its own, still beside the caller's lexical channel. Ignored for a vector
+        answered at once (no query thread): then the caller runs it and ``searched`` stays None."""
+        if self.future is None:
+            return
         with self._lock:
-            if not self._claimed and self.future is not None:
+            if not self._claimed:
                 self._job = job
+                return
+        future = self.future
+        self._search = self.pool.submit(lambda: job(future.result()[0]))
 
     def result(self) -> np.ndarray | None:
         if self.future is not None:
             self.qvec = self.future.result()
+        if self._search is not None:
+            self.searched = self._search.result()
+            self._search = None
         return self.qvec
 
 
@@ -249,6 +261,7 @@ class Views:
         with self._qpool_lock:
             if self._qpool is None:
                 self._qpool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="causalmem-query")
+            pending.pool = self._qpool
             pending.future = self._qpool.submit(pending.run, lambda: self.query_cache.get(emb, query))
         return pending
 
