@@ -164,13 +164,17 @@ class CausalGraph:
         # every query reads valid and invalidate() writes it: the CSRs expose read-only views,
         # the graph keeps the only writable handles (private, fresh arrays nobody else holds)
         fwd_valid = np.ones(e, dtype=np.uint8) if fwd.valid is None else fwd.valid.copy()
-        fwd = CSR._adopt(fwd.indptr, fwd.indices, fwd.weights, fwd_valid.view(), fwd.inhibitory)
+        # weights too: ``reweight`` writes them (the kernel output is private; the CSR sees a read-only view)
+        fwd_w = fwd.weights
+        fwd_w.flags.writeable = True
+        fwd = CSR._adopt(fwd.indptr, fwd.indices, fwd_w.view(), fwd_valid.view(), fwd.inhibitory)
         # the reverse CSR is the transpose of the forward one (stable by target, then forward
         # position); the same pass yields both position maps
         transpose = _kernels.transpose_csr if e < _INT32_MAX else _kernels.reference.transpose_csr
         r_indptr, r_indices, r_weights, r_valid, r_inhib, rev_of_fwd, fwd_of_rev = transpose(
             fwd.n_nodes, fwd.indptr, fwd.indices, fwd.weights, fwd_valid, fwd.inhibitory)
-        rev = CSR._adopt(r_indptr, r_indices, r_weights, r_valid.view(), r_inhib)
+        rev = CSR._adopt(r_indptr, r_indices, r_weights.view(), r_valid.view(), r_inhib)
+        self._fwd_w, self._rev_w = fwd_w, r_weights
         self._forward = fwd
         self._reverse = rev
         self._fwd_valid: np.ndarray = fwd_valid
@@ -286,9 +290,10 @@ class CausalGraph:
             raise ValueError("graph state: keys_sorted malformed")
         self = cls.__new__(cls)
         fwd_valid, rev_valid = arrays["fwd_valid"], arrays["rev_valid"]
-        self._forward = CSR._adopt(fi, arrays["fwd_indices"], arrays["fwd_weights"], fwd_valid.view(),
+        self._fwd_w, self._rev_w = arrays["fwd_weights"], arrays["rev_weights"]
+        self._forward = CSR._adopt(fi, arrays["fwd_indices"], self._fwd_w.view(), fwd_valid.view(),
                                    arrays.get("fwd_inhibitory"))
-        self._reverse = CSR._adopt(ri, arrays["rev_indices"], arrays["rev_weights"], rev_valid.view(),
+        self._reverse = CSR._adopt(ri, arrays["rev_indices"], self._rev_w.view(), rev_valid.view(),
                                    arrays.get("rev_inhibitory"))
         self._fwd_valid, self._rev_valid = fwd_valid, rev_valid
         self._rev_of_fwd, self._fwd_of_rev = arrays["rev_of_fwd"], arrays["fwd_of_rev"]
@@ -358,6 +363,20 @@ class CausalGraph:
         flag = 1 if valid else 0
         self._fwd_valid[p] = flag
         self._rev_valid[int(self._rev_of_fwd[p])] = flag
+
+    def reweight(self, edge_key: Any, value: float) -> bool:
+        """Set the (pre-multiplied) weight of one edge in both directions, in place (no rebuild): what a
+        rebuild would store for it. False when this graph's weights cannot be written (then rebuild)."""
+        e = self._ordinal(edge_key)
+        if not (self._fwd_w.flags.writeable and self._rev_w.flags.writeable):
+            return False
+        w = np.float32(value)
+        if not np.isfinite(w):
+            raise ValueError(f"edge weight must be finite, got {value!r}")
+        p = e if self._fwd_pos is None else int(self._fwd_pos[e])
+        self._fwd_w[p] = w
+        self._rev_w[int(self._rev_of_fwd[p])] = w
+        return True
 
     def invalidate_node(self, node_id: Hashable, valid: bool = False) -> None:
         """Set the validity of every in- and out-edge of ``node_id`` in both directions."""

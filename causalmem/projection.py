@@ -199,6 +199,31 @@ class Projection:
         self._overlay.cache = None
         self.version += 1
 
+    def edge_reweighted(self, eid: int, relation: Relation, confidence: float) -> None:
+        """A valid edge's confidence changed (repeated evidence): its weight is set in place, in the
+        overlay when the edge was written since the last build, else in the graph (what a rebuild
+        would compute: confidence x the relation's coefficient, float32)."""
+        if self.graph is None or self._stale:
+            return
+        value = edge_value(relation, confidence)
+        ov = self._overlay
+        hit = False
+        for i, k in enumerate(ov.keys):
+            if k == eid:
+                ov.val[i] = value
+                hit = True
+        if hit:
+            ov.cache = None
+        else:
+            try:
+                done = self.graph.reweight(eid, value)
+            except KeyError:
+                done = False
+            if not done:
+                self.mark_stale()
+                return
+        self.version += 1
+
     def edge_restored(self, eid: int) -> None:
         # Restoring is rare; a rebuild is the simplest exact answer.
         self.mark_stale()

@@ -1157,11 +1157,17 @@ class Views:
 
         fx.append(apply)
 
-    def edges_reweighted(self, fx: Effects, edges: Sequence[tuple[int, float]]) -> None:
-        """Valid edges whose confidence changed (repeated evidence): the projection is rebuilt."""
+    def edges_reweighted(self, fx: Effects, edges: Sequence[tuple[int, str, float]]) -> None:
+        """Valid edges whose confidence changed (repeated evidence), as ``(eid, relation name,
+        confidence)``: their weights change in place in the projection (no rebuild)."""
         if edges:
             self._note("eu", [e[0] for e in edges])
-            fx.append(self.projection.mark_stale)
+
+            def apply() -> None:
+                for eid, rel, conf in edges:
+                    self.projection.edge_reweighted(eid, Relation(rel), conf)
+
+            fx.append(apply)
 
     # ------------------------------------------------------------------ queued search reinforcement
     def queue_reinforcement(self, nids: Sequence[int]) -> None:

@@ -189,7 +189,7 @@ def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
     updates = [(st[2], st[6], st[4], st[5], st[0]) for st in state.values() if st[6]]
     if updates:
         store.add_edge_evidence(updates)
-        views.edges_reweighted(fx, [(st[0], st[2]) for st in state.values() if st[6] and not st[7]])
+        views.edges_reweighted(fx, [(st[0], key[2], st[2]) for key, st in state.items() if st[6] and not st[7]])
     # 3. contradiction fast path (rule judge): a new success *annotates* older failures of the same
     #    decision (superseded_by); retiring them is sleep's judge's call, never a write-time guess
     failures = store.negative_excitatory_out_edges(
