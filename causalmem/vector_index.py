@@ -783,6 +783,8 @@ def _npy_header(n: int, dim: int, dtype: np.dtype) -> bytes:
 
 
 HEADER = "vectors.json"
+#: threads usearch builds a segment with (the graph differs run to run above 1; tests that measure recall set 1)
+BUILD_THREADS = 2
 _OLD_FILES = ("vectors.usearch", "vectors.keys.npy")  # format 1 (an HNSW over the vectors themselves)
 #: files of a replaced generation not named by the header are removed once this old (another
 #: process may be between writing its files and its header)
@@ -884,7 +886,7 @@ class SegmentWriter:
             if self.stopping():
                 return False
             self.index.add(graph_ids[s: s + 4096].astype(np.uint64), _bits(graph_mat[s: s + 4096], self.center),
-                           threads=2)
+                           threads=BUILD_THREADS)
         q = _quantised(mat, self.vi.quantization)
         if self._fh is not None:
             self._fh.write(np.ascontiguousarray(q).tobytes())
