@@ -69,8 +69,14 @@ def test_version_3_file_migrates_without_touching_change_seq(tmp_path):
     files = {f.name: f.stat().st_mtime_ns for f in idx.iterdir() if f.suffix == ".cmx"}
     assert {"chunks.cmx", "lexical.cmx", "projection.cmx"} <= set(files)
     assert "edges_superseded" in MIGRATIONS[3][1] and _split_sql(MIGRATIONS[3][1])
-    with pytest.raises(Exception, match="older schema"):
-        SQLiteStore(path, read_only=True)
+    # a read-only open serves a file that only lacks indexes as it is, and leaves it unmodified (review R1)
+    with Memory(path, embedder=None, read_only=True) as ro:
+        assert "decision 7" in [h.text for h in ro.search("decision 7", reinforce=False)[:2]]
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert not {"edges_superseded", "edges_invalidating"} & {
+        r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    con.close()
     with Memory(path, embedder=None) as mem:
         assert mem.stats()["schema_version"] == 4
         hits = mem.search("decision 7", reinforce=False)
@@ -90,6 +96,7 @@ def test_superseded_lookup_matches_sql_through_every_kind_of_change(tmp_path, mo
     by this connection (committed, uncommitted, rolled back) and by another one: after each step
     ``superseded_chunks`` equals the SQL lookup (cache_max 1: the map is too big, per-query reads)."""
     monkeypatch.setattr(sqlite_mod, "SUPERSEDED_CACHE_MAX", cache_max)
+    monkeypatch.setattr(sqlite_mod, "SUPERSEDED_MAP_AFTER", 1)  # the map from the 2nd unchanged search on
     rnd = random.Random(5)
     path = tmp_path / "s.db"
     mem = Memory(path, embedder=None)
@@ -170,3 +177,28 @@ def test_search_flags_a_supersession_made_by_another_process_after_a_cached_read
         hits = mem.search("deploy key vault path", reinforce=False)
         assert [h.id for h in hits][:2] == [new.id, old.id]
         assert hits[1].superseded_by == new.id
+
+
+def test_a_search_right_after_a_write_asks_for_its_chunks_not_the_whole_map(tmp_path):
+    """Review R2: every commit changes the map's key. Searches after a write answer with the lookup of
+    their own chunks; only after a stretch of searches on an unchanged store is the whole map read, once,
+    and later searches use it."""
+    path = tmp_path / "w.db"
+    with Memory(path, embedder=None) as mem:
+        old = [mem.add(f"the limit of service {k} is {k} requests")[0] for k in range(6)]
+        new = [mem.add(f"the limit of service {k} is {k + 10} requests")[0] for k in range(6)]
+        for a, b in zip(new, old):
+            mem.link(a.id, b.id, "supersedes")
+        store = mem._store
+        nids = [n for (n,) in store.query("SELECT nid FROM chunks ORDER BY nid")]
+        want = truth(path, nids)
+        assert len(want) == 6
+        read_at = store._sup_key  # the state the whole map was last read at
+        for _ in range(sqlite_mod.SUPERSEDED_MAP_AFTER):  # changed, then unchanged for a stretch: its chunks
+            assert store.superseded_chunks(nids) == want and store._sup_key == read_at
+        assert store.superseded_chunks(nids) == want and store._sup_key != read_at  # then the map, once
+        read_at = store._sup_key
+        assert store.superseded_chunks(nids) == want and store._sup_key == read_at  # kept
+        for k in range(3):  # write, search, write, search: never the whole map
+            mem.add(f"an unrelated note {k}")
+            assert store.superseded_chunks(nids) == want and store._sup_key == read_at
