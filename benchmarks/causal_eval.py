@@ -49,6 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from causalmem import Memory  # noqa: E402
+from causalmem.config import Config  # noqa: E402
 from causalmem.tokenizer import tokenize  # noqa: E402
 
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "causal-eval-dev"
@@ -81,12 +82,17 @@ def node_mentions(text: str, nodes: dict[int, str]) -> set[int]:
     return best if cover >= COVER else set()
 
 
-def build(g: dict, embedder: Any, *, conversations: bool = True, graph: bool = True) -> tuple[Memory, str, dict]:
-    """The memory of one graph file and a map chunk text -> node ids it stands for."""
+def build(g: dict, embedder: Any, *, conversations: bool = True, graph: bool = True, data_similar: bool = True,
+          sleep: int | None = None) -> tuple[Memory, str, dict]:
+    """The memory of one graph file and a map chunk text -> node ids it stands for.
+
+    ``data_similar=False`` leaves out the data's own ``similar_to`` edges (a user records what
+    happened, rarely which other task it resembles); ``sleep=k`` then runs one ``Memory.sleep()``
+    with ``Config(transfer_links=k)`` (0: sleep without stage 4b) before the questions."""
     user = f"graph-{g['graph']['id']}"
     nodes = {n["id"]: n for n in g["graph"]["nodes"]}
     actions = {i: n["action"] for i, n in nodes.items()}
-    mem = Memory(":memory:", embedder=embedder)
+    mem = Memory(":memory:", embedder=embedder, config=Config(transfer_links=sleep or 0))
     text_nodes: dict[str, set[int]] = defaultdict(set)
     if conversations:
         for conv in g["conversations"]:
@@ -100,6 +106,8 @@ def build(g: dict, embedder: Any, *, conversations: bool = True, graph: bool = T
         used = set()
         items = []
         for e in g["graph"]["edges"]:
+            if e["relation"] == "similar_to" and not data_similar:
+                continue
             src, dst = nodes[e["from"]], nodes[e["to"]]
             items.append({"decision": src["action"], "outcome": dst["action"], "relation": e["relation"],
                           "polarity": dst.get("polarity") or None, "task_tag": src.get("task_tag"),
@@ -112,6 +120,8 @@ def build(g: dict, embedder: Any, *, conversations: bool = True, graph: bool = T
         for i, a in actions.items():
             text_nodes[a].add(i)
     mem.flush()  # vectors are computed in the background; the eval asks with every vector present
+    if sleep is not None:
+        mem.sleep()
     return mem, user, text_nodes
 
 
@@ -141,10 +151,11 @@ def causal_texts(mem: Memory, user: str, qa: dict) -> list[str] | None:
 
 
 def evaluate(graphs: list[dict], embedder: Any, *, conversations: bool, graph: bool,
-             causal: bool = False) -> dict[int, list[dict]]:
+             causal: bool = False, data_similar: bool = True, sleep: int | None = None) -> dict[int, list[dict]]:
     per_cat: dict[int, list[dict]] = defaultdict(list)
     for g in graphs:
-        mem, user, text_nodes = build(g, embedder, conversations=conversations, graph=graph)
+        mem, user, text_nodes = build(g, embedder, conversations=conversations, graph=graph,
+                                      data_similar=data_similar, sleep=sleep)
         for qa in g["qa"]:
             gold = set(qa["evidence_nodes"])
             if causal:
@@ -207,6 +218,31 @@ def markdown(rows: list[tuple[str, dict]], meta: dict) -> str:
     return "\n".join(lines)
 
 
+# graphs 0-4 were looked at while building sleep stage 4b; 5-9 are held back and reported separately
+HELD_BACK_FROM = 5
+
+
+def transfer_markdown(rows: list[tuple[str, dict]]) -> str:
+    lines = ["## Lesson transfer: similar_to links found at sleep (issue 13 item 4)", "",
+             "The data's own `similar_to` edges are left out of `record_many` (a user records what happened, rarely "
+             "which other task it resembles); the memory then runs one `Memory.sleep()` before the questions. Stage "
+             "4b (`causalmem/consolidation/transfer.py`) links decisions of different tasks whose causal out-edges "
+             "have the same (relation, outcome polarity) shape, at most `Config.transfer_links` per decision. "
+             f"Graphs 0-{HELD_BACK_FROM - 1} were looked at while building the stage; graphs {HELD_BACK_FROM}-9 "
+             "are held back and reported on their own. Same cells as above (search, conversations + graph).", "",
+             "| setting | " + " | ".join(f"{c} {CAT_NAMES[c]}" for c in CATEGORIES) + " | overall |",
+             "|---" * (len(CATEGORIES) + 2) + "|"]
+    for label, s in rows:
+        cells = []
+        for c in list(map(str, CATEGORIES)) + ["all"]:
+            r = s.get(c)
+            cells.append("—" if not r or "recall" not in r else
+                         f"{r['recall']:.2f} / {r['hit']:.2f} / {r['all']:.2f} (n={r['n']})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="directory holding graph_*.json")
@@ -234,18 +270,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("search: conversations only", dict(conversations=True, graph=False)),
         ("causal API (graph + conversations)", dict(conversations=True, graph=True, causal=True)),
     ]
+    # Issue 13 item 4 (lesson transfer): the data's own similar_to edges left out, then found by sleep
+    transfer = [
+        ("conversations + graph without the data's similar_to: no sleep", dict(data_similar=False)),
+        ("… after one sleep, stage 4b off (transfer_links=0)", dict(data_similar=False, sleep=0)),
+        (f"… after one sleep, stage 4b on (transfer_links={Config().transfer_links}, the default)",
+         dict(data_similar=False, sleep=Config().transfer_links)),
+    ]
+    split = {"dev": [g for g in graphs if int(g["graph"]["id"]) < HELD_BACK_FROM],
+             "held back": [g for g in graphs if int(g["graph"]["id"]) >= HELD_BACK_FROM]}
     rows = []
     for label, kw in settings:
         s = summarise(evaluate(graphs, embedder, **kw))
         rows.append((label, s))
         print(f"{label:40s} recall {s['all'].get('recall', float('nan')):.3f} hit {s['all'].get('hit', float('nan')):.3f}"
               + "  " + " ".join(f"c{c}={s[c]['recall']:.2f}" for c in map(str, CATEGORIES) if c in s), flush=True)
+    transfer_rows = []
+    for part, gs in split.items():
+        for label, kw in transfer:
+            s = summarise(evaluate(gs, embedder, conversations=True, graph=True, **kw))
+            transfer_rows.append((f"{part} ({len(gs)} graphs): {label}", s))
+            print(f"{part}: {label:60s} " + " ".join(f"c{c}={s[c]['recall']:.2f}" for c in map(str, CATEGORIES)
+                                                   if c in s), flush=True)
     meta = {"command": "python benchmarks/causal_eval.py " + " ".join(argv if argv is not None else sys.argv[1:]),
             "data": "../shared/data/causal-eval-dev" if args.data == DEFAULT_DATA else str(args.data),
             "n_graphs": len(graphs), "n_q": sum(len(g["qa"]) for g in graphs),
             "embedder": "none" if embedder is None else f"{embedder.model_name} (dim {embedder.dim})",
             "seconds": time.perf_counter() - t0}
-    md = markdown(rows, meta)
+    md = markdown(rows, meta) + transfer_markdown(transfer_rows)
     if args.out != "-":
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(md + "\n")

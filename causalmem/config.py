@@ -65,6 +65,9 @@ class Config:
     # ... and only between hits of the same session (what plausibly belongs together: pairing the best
     # hits across sessions cost LoCoMo-dev recall@10 with reinforcement on, 0.756 -> 0.707)
     hebbian_same_session: bool = True
+    # sleep stage 4b (consolidation/transfer.py): at most this many meta similar_to links per decision
+    # between decisions of different tasks whose outcomes have the same shape (0: the stage is off)
+    transfer_links: int = 2
     # spreading presets
     causal: SpreadParams = CAUSAL
     pedsa: SpreadParams = PEDSA_RETRIEVAL
@@ -114,6 +117,9 @@ class Config:
                 or not 0.0 <= self.hebbian_step <= self.hebbian_cap:
             raise ValueError(f"hebbian_start, hebbian_step, hebbian_cap must satisfy 0 <= start, step <= cap <= 1, got "
                              f"{self.hebbian_start}, step {self.hebbian_step}, cap {self.hebbian_cap}")
+        if isinstance(self.transfer_links, bool) or not isinstance(self.transfer_links, int) \
+                or not 0 <= self.transfer_links <= 64:
+            raise ValueError(f"transfer_links must be an integer in [0, 64], got {self.transfer_links!r}")
         if not 1 <= self.reinforce_batch <= self.reinforce_queue_max:
             raise ValueError(f"reinforce_batch must be in [1, reinforce_queue_max], got {self.reinforce_batch}")
         if self.vector_ann_min is not None and (isinstance(self.vector_ann_min, bool)

@@ -241,6 +241,7 @@ class SleepReport:
     boosted: int = 0
     retired: int = 0
     rem_links: int = 0
+    transfer_links: int = 0  # stage 4b: similar_to links between same-shaped decisions of different tasks
     redirects: int = 0
     hebbian_faded: int = 0
     hebbian_dropped: int = 0

@@ -91,11 +91,14 @@ def test_sleep_end_to_end(tmp_path):
         assert strong.valid and strong.confidence == pytest.approx(0.9 * 0.99)
         # stage 2: one cross-task pattern (payments vs billing), not within a task, not across users
         assert r.patterns == 1
-        metas = [x for x in mem.edges() if x.relation == "meta"]
-        assert len(metas) == 1 and metas[0].subtype == "repeated"
+        all_metas = [x for x in mem.edges() if x.relation == "meta"]
+        metas = [x for x in all_metas if x.subtype == "repeated"]
+        assert len(metas) == 1
         assert {metas[0].src, metas[0].dst} == {e["pay"].src, e["bill"].src}
         assert metas[0].source == "rule"
         assert r.rem_links == 0  # already linked by the pattern
+        # stage 4b: the rest are structural similar_to links (tests/test_sleep_transfer.py)
+        assert r.transfer_links == len(all_metas) - 1 == len([x for x in all_metas if x.subtype == "similar_to"])
         # stage 3
         assert r.decayed >= 7 and r.retired == 0
         assert not r.dry_run and not r.skipped_low_diversity

@@ -1,7 +1,7 @@
 """Sleep: one consolidation cycle over the whole store (SPEC §6), in stages.
 
 Modules: ``cycle`` (the transaction and stages 0-4), ``supersession`` (stage 1.7's pairs and
-judge), ``mining`` (token diversity, Jaccard pair mining for stages 2 and 4), ``report``
+judge), ``transfer`` (stage 4b), ``mining`` (token diversity, Jaccard pair mining for stages 2 and 4), ``report``
 (``SleepReport``, progress bar, CLI table).
 
 Stages (all counted in the ``SleepReport``):
@@ -36,6 +36,10 @@ Stages (all counted in the ``SleepReport``):
      boost, retirement; Hebbian pairs fade ``w·0.99^idle days`` and are dropped below 0.05.
 4    REM transfer — decisions with disjoint task-tag sets whose *patterns* (decision tokens ∪
      outcome tokens) have Jaccard ≥ 0.65 get a meta ``similar_to`` edge, unless already linked.
+4b   structural transfer (``transfer``) — decisions of different tasks in one scope whose causal
+     out-edges have the same shape (relation × outcome polarity, root or chain link) get a meta
+     ``similar_to`` edge, best pattern overlap first, at most ``Config.transfer_links`` per decision,
+     so spreading from one task reaches the other task's lesson even when no word is shared.
 
 The whole cycle is one transaction: killed mid-way, the store is as before; ``dry_run`` runs
 everything and rolls back. A judge that is not cheap (no ``might_supersede`` pre-filter, e.g. an

@@ -15,6 +15,7 @@ from ..judges import RuleJudge
 from ..store.base import POLARITY_CODES, SOURCE_CODES, SUBTYPE_CODES, StoreBackend
 from ..types import CLOCK_AHEAD, Relation, SleepReport
 from .mining import Docs, decision_docs, linked_pairs, mine, token_diversity, unique
+from .transfer import transfer_links
 from .report import _Progress, _Timer, make_report
 from .supersession import JudgePlan, ask_judge, plan_judging, run_judge, still_current, supersession_pairs
 
@@ -408,6 +409,9 @@ def _cycle(store: StoreBackend, *, config: Config, now: float, judge, prefilter,
     # stage 4: REM transfer
     timer.start("rem")
     counts["rem_links"] = mine(store, decisions_docs, linked, now, kind="rem")
+    # stage 4b: structural transfer (same shape of outcome, different task; transfer.py)
+    counts["transfer_links"] = transfer_links(store, decisions_docs, edges, valid, linked, now,
+                                              per_node=config.transfer_links)
     timer.stop()
 
     # a clock set back never re-decays a period; a clock running ahead never stores a future time

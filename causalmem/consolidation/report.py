@@ -92,6 +92,7 @@ _ROWS = (
     ("  hebbian", "hebbian_faded", "hebbian", "co-occurrence pairs faded"),
     ("", "hebbian_dropped", None, "co-occurrence pairs dropped"),
     ("4 REM transfer", "rem_links", "rem", "cross-task links (meta similar_to)"),
+    ("", "transfer_links", None, "… same-shaped decisions, other task"),
 )
 
 
