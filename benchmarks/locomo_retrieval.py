@@ -297,6 +297,23 @@ def paired_cross_validate(on: dict[str, Scores], off: dict[str, Scores], conv_id
     return held_on, held_off, chosen
 
 
+def paired_spread(on: Scores, off: Scores, conv_ids: list[str], *, seed: int = 0) -> dict[str, dict[str, Any]]:
+    """The paired on - off difference per held-out conversation and pooled, how many questions moved
+    each way, and a 95% bootstrap interval over questions (the spread a reader needs to judge a
+    difference of one or two questions)."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, dict[str, Any]] = {}
+    for m in ("R@10", "nDCG@10"):
+        k = METRICS.index(m)
+        per_conv = {c: float((on[c][1][:, k] - off[c][1][:, k]).mean()) for c in conv_ids}
+        diff = np.concatenate([on[c][1][:, k] - off[c][1][:, k] for c in conv_ids])
+        boots = diff[rng.integers(0, len(diff), size=(2000, len(diff)))].mean(axis=1)
+        out[m] = {"per_conv": per_conv, "pooled": float(diff.mean()), "up": int((diff > 1e-12).sum()),
+                  "down": int((diff < -1e-12).sum()), "lo": float(np.quantile(boots, 0.025)),
+                  "hi": float(np.quantile(boots, 0.975))}
+    return out
+
+
 def best_in_sample(by_point: dict[str, Scores], conv_ids: list[str]) -> str:
     names = list(by_point)
     return max(names, key=lambda g: (_criterion(by_point[g], conv_ids), -names.index(g)))
@@ -410,6 +427,15 @@ def markdown(rows: list[dict], meta: dict) -> str:
             lines.append(f"| {pr['label']} | {a['R@10']:.4f} | {b['R@10']:.4f} | {a['R@10'] - b['R@10']:+.4f} | "
                          f"{a['nDCG@10']:.4f} | {b['nDCG@10']:.4f} | {a['nDCG@10'] - b['nDCG@10']:+.4f} | "
                          + " | ".join(f"`{pr['chosen'][c]}`" for c in meta["conv_ids"]) + " |")
+        lines += ["", "Spread of the paired on - off difference: per held-out conversation, the number of questions "
+                  "whose score went up / down, and a 95% bootstrap interval over questions (2,000 resamples).", "",
+                  "| configuration | metric | " + " | ".join(f"held out {c}" for c in meta["conv_ids"])
+                  + " | pooled | questions up / down | 95% interval |", "|---|---|" + "---|" * len(meta["conv_ids"])
+                  + "---|---|---|"]
+        for pr in meta["paired"]:
+            for m, d in pr["spread"].items():
+                lines.append(f"| {pr['label']} | {m} | " + " | ".join(f"{d['per_conv'][c]:+.4f}" for c in meta["conv_ids"])
+                             + f" | {d['pooled']:+.4f} | {d['up']} / {d['down']} | [{d['lo']:+.4f}, {d['hi']:+.4f}] |")
         lines.append("")
     lines += ["## Grid points chosen by the folds", "", "| configuration | " + " | ".join(
         f"held out {c}" for c in meta["conv_ids"]) + " | best on all three |", "|---" * (len(meta["conv_ids"]) + 2) + "|"]
@@ -448,6 +474,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="ablation: raw cosines in the blend (no centring on the candidates' mean vector), semantic "
                     "weight 2 shipped (the fusion before centring)")
     ap.add_argument("--json", type=Path, default=None, help="also write the summaries as JSON here")
+    ap.add_argument("--dump", type=Path, default=None,
+                    help="write every grid point's per-question scores (reinforce on and off) to this .npz")
     ap.add_argument("--config", default="", help="Config fields to override, e.g. 'hebbian_start=0,hebbian_step=0.1' "
                     "(an ablation of the learning rule; default: Config())")
     args = ap.parse_args(argv)
@@ -511,7 +539,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             if len(runs) == 2 and len(points) > 1:
                 p_on, p_off, p_chosen = paired_cross_validate(runs[True], runs[False], conv_ids)
                 pair = {"label": label, "on": summarise_scores(p_on, conv_ids),
-                        "off": summarise_scores(p_off, conv_ids), "chosen": p_chosen}
+                        "off": summarise_scores(p_off, conv_ids), "chosen": p_chosen,
+                        "spread": paired_spread(p_on, p_off, conv_ids)}
+                if args.dump is not None:  # every grid point's per-question scores, both runs
+                    np.savez_compressed(args.dump, **{
+                        f"{'on' if r else 'off'}|{g}|{c}|{part}": runs[r][g][c][j]
+                        for r in (True, False) for g in runs[r] for c in conv_ids for j, part in
+                        enumerate(("cats", "scores"))})
                 paired.append(pair)
                 print(f"{label:60s} paired CV on {pair['on']['all']['R@10']:.4f} / {pair['on']['all']['nDCG@10']:.4f}"
                       f" off {pair['off']['all']['R@10']:.4f} / {pair['off']['all']['nDCG@10']:.4f}", flush=True)
