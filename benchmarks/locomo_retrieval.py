@@ -507,6 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         configs = [cfg for cfg in configs if any(w in cfg[0] for w in wanted)]
     rows: list[dict] = []
     paired: list[dict] = []
+    dumped: dict[str, np.ndarray] = {}
     with tempfile.TemporaryDirectory(prefix="locomo-") as tmp:
         base = Path(tmp) / "base.db"
         dia_of = build_store(convs, emb, base)
@@ -542,10 +543,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "off": summarise_scores(p_off, conv_ids), "chosen": p_chosen,
                         "spread": paired_spread(p_on, p_off, conv_ids)}
                 if args.dump is not None:  # every grid point's per-question scores, both runs
-                    np.savez_compressed(args.dump, **{
-                        f"{'on' if r else 'off'}|{g}|{c}|{part}": runs[r][g][c][j]
-                        for r in (True, False) for g in runs[r] for c in conv_ids for j, part in
-                        enumerate(("cats", "scores"))})
+                    dumped.update({f"{label}|{'on' if r else 'off'}|{g}|{c}|{part}": runs[r][g][c][j]
+                                   for r in (True, False) for g in runs[r] for c in conv_ids for j, part in
+                                   enumerate(("cats", "scores"))})
+                    np.savez_compressed(args.dump, **dumped)
                 paired.append(pair)
                 print(f"{label:60s} paired CV on {pair['on']['all']['R@10']:.4f} / {pair['on']['all']['nDCG@10']:.4f}"
                       f" off {pair['off']['all']['R@10']:.4f} / {pair['off']['all']['nDCG@10']:.4f}", flush=True)
