@@ -42,7 +42,7 @@ log = logging.getLogger("causalmem")
 __all__ = ["transfer_links", "signatures", "MAX_TRANSFER_GROUP", "MAX_TRANSFER_PAIRS", "TRANSFER_CONFIDENCE"]
 
 MAX_TRANSFER_GROUP = 500
-MAX_TRANSFER_PAIRS = 1_000_000
+MAX_TRANSFER_PAIRS = 300_000
 TRANSFER_CONFIDENCE = 0.7
 _CAUSAL = np.array([Relation.CAUSED.code, Relation.ENABLED.code, Relation.PREVENTED.code], np.int64)
 _CHAIN = np.array([Relation.CAUSED.code, Relation.ENABLED.code], np.int64)
@@ -142,18 +142,26 @@ def transfer_links(store: StoreBackend, docs: Docs, edges: np.ndarray, valid: np
         return 0
     key = unique(np.concatenate(pa) * n + np.concatenate(pb))
     a, b = key // n, key % n
-    # disjoint task-tag sets: one tag each (the usual case) compares codes; several go through sets
+    # disjoint task-tag sets, vectorised: does any tag of a's set belong to b's set?
     t_ptr, t_val = docs.tags
-    single = np.where(np.diff(t_ptr) == 1, t_val[np.minimum(t_ptr[:-1], max(len(t_val) - 1, 0))], -1)
-    disjoint = (single[a] >= 0) & (single[b] >= 0) & (single[a] != single[b])
-    multi = np.flatnonzero((single[a] < 0) | (single[b] < 0))
-    for k in multi.tolist():
-        disjoint[k] = not (docs.tag_set(int(a[k])) & docs.tag_set(int(b[k])))
-    a, b = a[disjoint], b[disjoint]
+    n_tags = int(t_val.max()) + 1 if len(t_val) else 1
+    doc_tag = np.sort(np.repeat(np.arange(n, dtype=np.int64), np.diff(t_ptr)) * n_tags + t_val)
+    owner, tag = _explode(t_ptr, t_val, a)
+    probe = b[owner] * n_tags + tag
+    at = np.minimum(np.searchsorted(doc_tag, probe), max(len(doc_tag) - 1, 0))
+    shared = np.zeros(len(a), bool)
+    if len(doc_tag):
+        shared[owner[doc_tag[at] == probe]] = True
+    a, b = a[~shared], b[~shared]
     score = _pair_jaccard(docs, a, b)
-    made = 0
-    for k in np.lexsort((b, a, -score)).tolist():  # best pattern overlap first, ties by node order
-        i, j = int(a[k]), int(b[k])
+    # best pattern overlap first, ties by node order; only each decision's few best candidates go
+    # on to the greedy pass (a pair ranked lower on either side would find that side full)
+    order = np.lexsort((b, a, -score))
+    a, b = a[order], b[order]
+    keep = (_rank_within(a) < 4 * per_node) & (_rank_within(b) < 4 * per_node)
+    a, b = a[keep], b[keep]
+    rows = []
+    for i, j in zip(a.tolist(), b.tolist()):
         if have[i] >= per_node or have[j] >= per_node:
             continue
         x, y = int(docs.nids[i]), int(docs.nids[j])
@@ -163,8 +171,29 @@ def transfer_links(store: StoreBackend, docs: Docs, edges: np.ndarray, valid: np
         linked.add(pair)
         have[i] += 1
         have[j] += 1
-        store.insert_edge(src=pair[0], dst=pair[1], relation=Relation.META, subtype="similar_to",
-                          confidence=TRANSFER_CONFIDENCE, source="rule", polarity=None, task_tag=None,
-                          event_time=None, discovered_at=now)
-        made += 1
-    return made
+        rows.append({"src": pair[0], "dst": pair[1], "relation": Relation.META, "subtype": "similar_to",
+                     "confidence": TRANSFER_CONFIDENCE, "source": "rule", "discovered_at": now})
+    if rows:
+        store.insert_edges_bulk(rows)
+    return len(rows)
+
+
+def _explode(ptr: np.ndarray, val: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index into ``rows``, value) of every CSR entry of the rows ``rows`` (rows may repeat)."""
+    lens = ptr[rows + 1] - ptr[rows]
+    owner = np.repeat(np.arange(len(rows)), lens)
+    offs = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+    return owner, val[np.repeat(ptr[rows], lens) + offs]
+
+
+def _rank_within(x: np.ndarray) -> np.ndarray:
+    """For each position, how many earlier positions hold the same value (a stable rank per value)."""
+    if not len(x):
+        return np.zeros(0, np.int64)
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    first = np.r_[True, xs[1:] != xs[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(len(xs)), 0))
+    rank = np.empty(len(x), np.int64)
+    rank[order] = np.arange(len(xs)) - start
+    return rank
