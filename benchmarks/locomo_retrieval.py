@@ -478,8 +478,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="write every grid point's per-question scores (reinforce on and off) to this .npz")
     ap.add_argument("--config", default="", help="Config fields to override, e.g. 'hebbian_start=0,hebbian_step=0.1' "
                     "(an ablation of the learning rule; default: Config())")
+    ap.add_argument("--co-coefficient", type=float, default=None,
+                    help="ablation: spread coefficient of learned co-occurrence links (default: "
+                    "causalmem.projection.CO_OCCURRENCE_COEFFICIENT)")
     args = ap.parse_args(argv)
     cfg = parse_config(args.config)
+    if args.co_coefficient is not None:
+        from causalmem import projection
+
+        projection.CO_OCCURRENCE_COEFFICIENT = args.co_coefficient
     if args.raw_cosine:
         retrieval.PARAMS = replace(retrieval.PARAMS, centre=False)  # raw cosine weight raw_weight x blend_vec = 2
         GRID_AXES["blend_vec"] = (1.0, 0.25, 0.5, 1.5, 0.0)  # raw weights 2, 0.5, 1, 3, 0 (the grid before)
@@ -619,7 +626,8 @@ NOTES: list[str] = [
     "(`Config.hebbian_top` = 2, `hebbian_same_session`); a new pair starts at weight 0.1 (`hebbian_start`: one "
     "co-retrieval is weak evidence), +0.05 per repeat up to 1.0, spread with coefficient 0.5 and left out of the "
     "degree normalisation; visible to the very next search (an overlay of the credit still queued for the store), "
-    "faded in sleep. SPEC §5 credits every co-retrieved pair at 0.2: pairing a whole top-10 cost 0.09 R@10.",
+    "faded in sleep. SPEC §5 credits every co-retrieved pair at 0.2: pairing a whole top-10 cost 0.09 R@10. "
+    "Other rules on the full grid, paired CV on - off (R@10 / nDCG@10): `results/locomo_learning_rules.md`.",
     "- How the credit rule was chosen (raw-cosine fusion, before centring): reinforce-on minus reinforce-off, R@10 / nDCG@10, pooled over six grid "
     "points (the shipped constants and the five points earlier folds chose; 6 x 495 questions, all three "
     "conversations, so this choice itself is in-sample): best 3, start 0.2 (the previous rule) -0.0047 / -0.0031; "

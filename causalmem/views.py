@@ -1243,8 +1243,10 @@ class Views:
                 w, pend = stored.get(key), self._pending_co.get(key)
                 cur = None if w is None and pend is None else (w or 0.0) + (pend or 0.0)
                 delta = learning.next_hebbian_weight(cur, self.config) - (cur or 0.0)
+                # a pair credited at weight 0 (Config.hebbian_start = 0) is remembered too: its next
+                # credit is a repeat and must give the link at once, as the queue write will
+                self._pending_co[key] = (pend or 0.0) + delta
                 if delta > 0:
-                    self._pending_co[key] = (pend or 0.0) + delta
                     deltas.append((key[0], key[1], delta))
         if deltas:
             self.projection.learned_links(deltas)

@@ -339,3 +339,21 @@ def test_access_boost_through_sleep(tmp_path):
         r = mem.sleep(now=T + 10 * DAY)
         assert r.boosted == 1
         assert mem.get_edge(e.id).confidence == pytest.approx(min(0.95, 0.7 * 0.99 ** 10 + 0.05))
+
+
+def test_a_start_zero_rule_drops_pairs_never_repeated_at_sleep(tmp_path):
+    """``Config(hebbian_start=0)``: a pair seen once is recorded at weight 0 and dropped by the next
+    sleep (below ``hebbian_drop_below``); a repeated pair keeps its weight, faded."""
+    cfg = Config(hebbian_start=0.0, hebbian_step=0.1)
+    with _mem(tmp_path / "m.db", config=cfg) as mem:
+        a = mem.record_decision("rotate the api keys", "old keys revoked")
+        b = mem.record_decision("rotate the tls certs", "no expiry outage")
+        na, nb, nc = _nid(mem, a.src), _nid(mem, b.src), _nid(mem, a.dst)
+        assert _credit(mem, [na, nb], T) == [(min(na, nb), max(na, nb), 0.0, True)]
+        assert _credit(mem, [na, nb], T)[0][2] == pytest.approx(0.1)
+        assert _credit(mem, [na, nb], T)[0][2] == pytest.approx(0.2)
+        _credit(mem, [na, nc], T)  # once only
+        r = mem.sleep(now=T + DAY)
+        assert r.hebbian_dropped == 1
+        assert mem._store.cooccurrence_row(na, nc) is None
+        assert mem._store.cooccurrence_row(na, nb)[2] == pytest.approx(0.2 * 0.99)

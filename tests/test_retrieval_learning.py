@@ -209,3 +209,24 @@ def test_adjacent_seeds_credit_each_other_whatever_their_ids(db_path, clock):
         got_x = _activation(m, "redis cache", x, user_id="u")
         assert got_y is not None and got_y > 0  # forward: the outcome receives from its cause
         assert got_x is not None and got_x > 0  # backward: the cause receives from its outcome
+
+
+def test_a_rule_that_links_only_repeated_pairs_shows_the_repeat_at_once(db_path, clock):
+    """``Config(hebbian_start=0)``: a first co-retrieval records the pair at weight 0 (no link); the
+    repeat, still queued behind it, gives the link to the very next query, and the store agrees once
+    the queue is written. (The overlay once forgot a weight-0 pair, so the repeat was invisible until
+    the queue was written: a timer in disguise.)"""
+    cfg = Config(hebbian_start=0.0, hebbian_step=0.1, hebbian_same_session=False)
+    with Memory(db_path, embedder=None, clock=clock, config=cfg) as m:
+        a = m.add("alpha release of the kafka consumer", user_id="u")[0].id
+        b = m.add("beta rollout of the kafka consumer", user_id="u")[0].id
+        assert {h.id for h in m.search("kafka consumer", top_k=2, user_id="u")} == {a, b}
+        assert _activation(m, "alpha release", b, user_id="u") is None  # once: no link
+        assert {h.id for h in m.search("kafka consumer", top_k=2, user_id="u")} == {a, b}
+        assert _stored_weight(m, a, b) is None  # nothing written yet
+        got = _activation(m, "alpha release", b, user_id="u")
+        assert got is not None and got > 0
+        m.flush()
+        assert _stored_weight(m, a, b) == pytest.approx(0.1)
+        m._projection.mark_stale()
+        assert _activation(m, "alpha release", b, user_id="u") == pytest.approx(got, rel=1e-5)
