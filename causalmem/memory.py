@@ -309,8 +309,9 @@ class Memory:
         limit = ingest.check_limit(limit)
         overrides = causal.check_spread_overrides(overrides)
         with self._lock:
-            return causal.spread_query(self._views, query, reverse=reverse, limit=limit, task_tag=task_tag,
-                                       scope=sc, include_seeds=include_seeds, overrides=overrides)
+            return self._store.read_once(lambda: causal.spread_query(  # the change check overlaps it
+                self._views, query, reverse=reverse, limit=limit, task_tag=task_tag, scope=sc,
+                include_seeds=include_seeds, overrides=overrides))
 
     def intervention_query(self, action: str, *, max_depth: int = 3, limit: int = 5, user_id: str | None = None,
                            agent_id: str | None = None, run_id: str | None = None) -> InterventionReport:

@@ -22,6 +22,7 @@ from causalmem import Memory  # noqa: E402
 from causalmem.errors import SchemaVersionError, StoreError  # noqa: E402
 from causalmem.store import SQLiteStore, open_store  # noqa: E402
 from causalmem.store.postgres import PostgresStore, RetryableStoreError, split_dsn  # noqa: E402
+from causalmem.types import Relation  # noqa: E402
 
 WORKER = str(Path(__file__).resolve().parent / "pg_worker.py")
 REPO = Path(__file__).resolve().parents[1]
@@ -45,7 +46,7 @@ def test_a_dsn_selects_postgres_and_a_path_keeps_sqlite(pg_dsn, tmp_path):
         assert isinstance(mem._store, PostgresStore)
         mem.record_decision("deploy without tests", "production crash")
         assert [a.text for a in mem.search_causal("deploy without tests")] == ["production crash"]
-        assert mem.stats()["schema_version"] == 4
+        assert mem.stats()["schema_version"] == 5
     if os.environ.get("CAUSALMEM_TEST_BACKEND") != "postgres":  # that run maps every path to PostgreSQL
         assert isinstance(open_store(tmp_path / "m.db"), SQLiteStore)
         assert isinstance(open_store(":memory:"), SQLiteStore)
@@ -94,11 +95,12 @@ def _indexes(conn, schema: str) -> dict[str, str]:
     return dict(conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s", (schema,)).fetchall())
 
 
-def test_a_schema_2_memory_is_migrated_to_4_in_place(pg_dsn):
+def test_a_schema_2_memory_is_migrated_to_5_in_place(pg_dsn):
     """A memory written at schema 2 (built here with schema 2's own SQL, rows logged by its
-    triggers) is brought to 4 at the next open: (3) the session index partial, edges_src gone, the
+    triggers) is brought to 5 at the next open: (3) the session index partial, edges_src gone, the
     superseded-edge indexes there, the change log one row per statement; (4) the reuse index on the
-    text hash alone, the edges' foreign keys replaced by statement-level checks; the rows kept."""
+    text hash alone, the edges' foreign keys replaced by statement-level checks; (5) the change log's
+    key arrays stored uncompressed; the rows kept."""
     from causalmem.store import postgres as pg
 
     conn, schema = _admin(pg_dsn)
@@ -117,14 +119,14 @@ def test_a_schema_2_memory_is_migrated_to_4_in_place(pg_dsn):
                          "VALUES (%s, %s, %s, %s, 'decision', 1.0, 0.5)", (nid, f"c{nid}", t, pg.text_hash(t)))
         for eid, (src, dst, rel, sub) in enumerate([(1, 2, "caused", None), (3, 4, "caused", None),
                                                     (2, 4, "meta", "supersedes")], 1):
-            code = {"caused": pg.Relation.CAUSED.code, "meta": pg.Relation.META.code}[rel]
+            code = {"caused": Relation.CAUSED.code, "meta": Relation.META.code}[rel]
             conn.execute("INSERT INTO edges (eid, id, src, dst, relation, rel_code, subtype, confidence, source, "
                          "discovered_at) VALUES (%s, %s, %s, %s, %s, %s, %s, 0.9, 'rule', 1.0)",
                          (eid, f"e{eid}", src, dst, rel, code, sub))
         assert conn.execute("SELECT COUNT(*) FROM changes").fetchone()[0] == 7  # schema 2: one row per key
         assert "edges_src" in _indexes(conn, schema)
         with Memory(pg_dsn, embedder=None) as mem:
-            assert mem.stats()["schema_version"] == 4
+            assert mem.stats()["schema_version"] == 5
             assert [a.text for a in mem.search_causal("shard the queue")][:1] == ["latency halved"]
             assert mem.search_causal("cache the token")[0].superseded_by == "c2"
             mem.record_many([(f"decision {i}", f"outcome {i}") for i in range(50)])
@@ -139,6 +141,9 @@ def test_a_schema_2_memory_is_migrated_to_4_in_place(pg_dsn):
                             "AND contype = 'f'").fetchone()[0] == 0
         triggers = {r[0] for r in conn.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal").fetchall()}
         assert {"edges_ends_i", "edges_ends_u", "chunks_referenced_d", "chunks_referenced_u"} <= triggers
+        # schema 5: 'e' (external, not compressed) storage for the log's key arrays
+        assert conn.execute("SELECT attstorage FROM pg_attribute WHERE attrelid = 'changes'::regclass "
+                            "AND attname = 'keys'").fetchone()[0] == "e"
         # the batch of 100 chunks and 50 edges: one log row per statement and kind
         assert conn.execute("SELECT kind, cardinality(keys) FROM changes ORDER BY kind").fetchall() == \
             [("ci", 100), ("ei", 50)]

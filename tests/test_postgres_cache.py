@@ -58,7 +58,7 @@ def test_an_unchanged_memory_answers_each_query_with_one_round_trip(pg_dsn, monk
         mem.search("outcome 2", channels=("lexical", "graph"), reinforce=False)
         count = Statements(monkeypatch, mem._store.conn)
         for i in range(20):
-            before = len(count.sent)
+            before, ahead = len(count.sent), mem._store.checks_sent
             got = mem.search_causal(f"decision {i} about caching")
             assert [a.text for a in got][:1] == [f"outcome {i} of caching"]
             hits = mem.search(f"outcome {i} of caching", channels=("lexical", "graph"), reinforce=False)
@@ -66,7 +66,10 @@ def test_an_unchanged_memory_answers_each_query_with_one_round_trip(pg_dsn, monk
             meta = mem.search("caching", channels=("lexical",), reinforce=False, metadata={"team": "core"})
             assert [h.text for h in meta] == ["decision 7 about caching"]
             sent = count.sent[before:]
-            assert sent == ["SELECT seq FROM causalmem_state"] * 3, sent  # one check per query, nothing else
+            # one check per query, nothing else: search_causal sends its own ahead of its work
+            # (``read_once``, straight on the connection, not through a cursor)
+            assert mem._store.checks_sent - ahead == 1
+            assert sent == ["SELECT seq FROM causalmem_state"] * 2, sent
         assert mem.search_causal("decision 4 about caching")[0].superseded_by == edges[3].dst
 
 

@@ -21,7 +21,7 @@ import json
 import os
 import threading
 import time
-from typing import (TYPE_CHECKING, Any, ContextManager, Iterable, Iterator, Mapping, NamedTuple,
+from typing import (TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Iterator, Mapping, NamedTuple,
                     Protocol, Sequence, TypeVar)
 
 import numpy as np
@@ -274,6 +274,9 @@ PROJECTION_CO_DTYPE = np.dtype([("a", "i8"), ("b", "i8"), ("w", "f8")])
 
 
 # ---------------------------------------------------------------------------------- the contract
+_R = TypeVar("_R")
+
+
 class StoreBackend(Protocol):
     """Everything the pipelines and the views ask of a store. Implemented by ``SQLiteStore``.
 
@@ -304,6 +307,11 @@ class StoreBackend(Protocol):
 
     def data_version(self) -> int:
         """A number that changes when *another* connection commits."""
+
+    def read_once(self, fn: Callable[[], _R]) -> _R:
+        """Run the read-only query ``fn`` (which calls ``data_version`` first, as every read does);
+        a backend may overlap its change check with ``fn`` and run ``fn`` again if the check finds
+        another connection's commit."""
 
     def change_seq(self) -> int:
         """A persistent counter of committed changes: every committed write transaction that changed

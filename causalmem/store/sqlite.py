@@ -28,15 +28,14 @@ import numpy as np
 from ..errors import SchemaVersionError, StoreError
 from ..types import Relation
 from ._common import (
-    CHUNK_FILTERS, COUNTS_SQL, EDGE_COLS, EDGE_FROM, EXPORTS, IMPORT_COLS, chunk_columns_of, count_dict,
-    edge_conditions, evidence_edges, export_record, filter_conditions, import_rows, reuse_groups, scoped_counts_sql,
-    sleep_edge_select,
+    CHUNK_COLS, EXPORTS, IMPORT_COLS, chunk_columns_of, count_dict,
+    evidence_edges, export_record, filter_conditions, import_rows, reuse_groups, scoped_counts_sql,
+    SharedStore, sleep_edge_select,
 )
 from .base import (
-    CHUNK_DTYPE, COOC_DTYPE, EDGE_DTYPE, PROJECTION_CO_DTYPE, PROJECTION_EDGE_DTYPE, ChainEdge, ChunkColumns, ChunkKey,
-    ChunkRow, CooccurrencePair, CooccurrenceRow, EdgeRow,
-    EmbeddingRow, EvidenceEdge, FactRow, HistoryRow, JudgeEdgeRow, MiningChunkRow, OutEdge, PathEdge, StoredVector,
-    TaggedEdgeRow, batched, check_path, new_id, new_ids, text_hash,
+    CHUNK_DTYPE, COOC_DTYPE, EDGE_DTYPE, PROJECTION_CO_DTYPE, PROJECTION_EDGE_DTYPE, ChunkColumns, ChunkKey,
+    ChunkRow, EmbeddingRow, EvidenceEdge, MiningChunkRow, OutEdge, StoredVector,
+    batched, check_path, new_id, new_ids, text_hash,
 )
 
 log = logging.getLogger("causalmem")
@@ -192,10 +191,6 @@ OWN_TABLES = frozenset({"chunks", "edges", "cooccurrence", "facts", "embeddings"
 assert len(MIGRATIONS) == SCHEMA_VERSION
 assert len(Relation) <= 8, "projection_arrays packs the relation code into 3 bits"
 
-CHUNK_COLS = (
-    "nid, id, text, kind, q_value, importance, created_at, event_time, user_id, agent_id, "
-    "run_id, session_id, metadata, access_count, last_accessed_at, valid_to"
-)
 #: relation -> (relation, rel_code) columns (an enum's ``.value`` is a property call per access)
 _REL_COLUMNS = {r: (r.value, r.code) for r in Relation}
 #: optional chunk / edge columns of the bulk inserts -> the value a row gives (left out of the
@@ -227,7 +222,7 @@ _SUPERSEDED_SQL = (
 CHANGE_SEQ_KEY = "change_seq"
 
 
-class SQLiteStore:
+class SQLiteStore(SharedStore):
     """One SQLite connection with nested transactions (savepoints) and schema migrations.
 
     Opening never writes to a file that is already a current causalmem database (no write lock
@@ -478,14 +473,6 @@ class SQLiteStore:
         finally:
             self.conn.execute("COMMIT")
 
-    @property
-    def in_transaction(self) -> bool:
-        return self._depth > 0
-
-    def _ensure_open(self) -> None:
-        if self._closed:
-            raise StoreError("this memory is closed")
-
     def close(self) -> None:
         with self._lock:
             if not self._closed:
@@ -513,6 +500,13 @@ class SQLiteStore:
             q = ",".join("?" * len(part))
             out += self.query(sql.replace("{ids}", q), [*before, *(part * times), *after])
         return out
+
+    def _x(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Execute a write statement (inside the caller's transaction)."""
+        return self.conn.execute(sql, params)
+
+    def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
+        return self.conn.executemany(sql, rows)
 
     def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """First column of the first row (``None`` if no row)."""
@@ -549,36 +543,13 @@ class SQLiteStore:
     def user_version(self) -> int:
         return self._one("PRAGMA user_version")
 
-    def counts(self) -> dict[str, int]:
-        return count_dict(self.query(COUNTS_SQL)[0])
-
-    def edge_count(self) -> int:
-        return self._one("SELECT COUNT(*) FROM edges")
-
-    def get_meta(self, key: str) -> str | None:
-        return self._one("SELECT value FROM meta WHERE key = ?", (key,))
-
     def set_meta(self, key: str, value: str) -> None:
         self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
     # ------------------------------------------------------------------ chunks: reads
-    def chunk_row(self, chunk_id: str) -> ChunkRow | None:
-        rows = self.query(f"SELECT {CHUNK_COLS} FROM chunks WHERE id = ?", (chunk_id,))
-        return ChunkRow._make(rows[0]) if rows else None
-
     def chunk_rows_by_nid(self, nids: Sequence[int]) -> dict[int, ChunkRow]:
         rows = self._select_in(f"SELECT {CHUNK_COLS} FROM chunks WHERE nid IN ({{ids}})", [int(n) for n in nids])
         return {r[0]: ChunkRow._make(r) for r in rows}
-
-    def nid_of(self, chunk_id: str) -> int | None:
-        return self._one("SELECT nid FROM chunks WHERE id = ?", (chunk_id,))
-
-    def chunk_keys_by_id(self, chunk_ids: Sequence[str]) -> dict[str, ChunkKey]:
-        rows = self._select_in("SELECT nid, id FROM chunks WHERE id IN ({ids})", list(chunk_ids))
-        return {r[1]: ChunkKey._make(r) for r in rows}
-
-    def chunk_alive(self, nid: int) -> bool:
-        return bool(self._one("SELECT valid_to IS NULL FROM chunks WHERE nid = ?", (int(nid),)))
 
     def find_reusable_chunk(self, text: str, user_id: str | None, agent_id: str | None,
                             run_id: str | None) -> ChunkKey | None:
@@ -608,15 +579,6 @@ class SQLiteStore:
                 out.setdefault((t, scope), ChunkKey(nid, cid))
         return out
 
-    def chunk_nids(self, *, filters: Mapping[str, str | None], limit: int | None = None,
-                   live_only: bool = True) -> list[int]:
-        conds, params = filter_conditions(filters, "?", allowed=CHUNK_FILTERS, what="chunk filter")
-        conds.insert(0, "valid_to IS NULL" if live_only else "1")
-        sql = f"SELECT nid FROM chunks WHERE {' AND '.join(conds)} ORDER BY nid"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        return [r[0] for r in self.query(sql, params)]
-
     def chunk_columns(self, *, with_text: bool = True, batch: int = 50000) -> Iterator[ChunkColumns]:
         with self._lock:
             self._ensure_open()
@@ -632,39 +594,8 @@ class SQLiteStore:
     def texts_of(self, nids: Sequence[int]) -> list[tuple[int, str]]:
         return self._select_in("SELECT nid, text FROM chunks WHERE nid IN ({ids})", [int(n) for n in nids])
 
-    def chunk_texts(self, nids: Sequence[int]) -> dict[int, str]:
-        return dict(self.texts_of(nids))
-
-    def recent_chunk_texts(self, limit: int = 64) -> list[str]:
-        return [r[0] for r in self.query(
-            "SELECT text FROM chunks WHERE valid_to IS NULL ORDER BY created_at DESC, nid DESC LIMIT ?",
-            (int(limit),))]
-
-    def previous_turn(self, session_id: str, user_id: str | None, agent_id: str | None,
-                      run_id: str | None) -> int | None:
-        return self._one(
-            "SELECT nid FROM chunks WHERE session_id = ? AND user_id IS ? AND agent_id IS ? AND run_id IS ? "
-            "AND kind = 'turn' AND valid_to IS NULL ORDER BY nid DESC LIMIT 1",
-            (session_id, user_id, agent_id, run_id))
-
-    def history(self, nid: int) -> list[HistoryRow]:
-        return [HistoryRow._make(r) for r in self.query(
-            "SELECT event, old_text, new_text, at FROM chunk_history WHERE nid = ? ORDER BY hid", (nid,))]
-
     def last_update_event(self) -> int:
         return self._one("SELECT COALESCE(MAX(hid), 0) FROM chunk_history WHERE event = 'update'")
-
-    def q_value_of(self, nid: int) -> float:
-        rows = self.query("SELECT q_value FROM chunks WHERE nid = ?", (int(nid),))
-        if not rows:
-            raise KeyError(f"unknown chunk nid {nid}")
-        return float(rows[0][0])
-
-    def max_successor_q(self, nid: int) -> float | None:
-        value = self._one(
-            "SELECT MAX(c.q_value) FROM edges e JOIN chunks c ON c.nid = e.dst "
-            "WHERE e.src = ? AND e.valid_to IS NULL AND c.valid_to IS NULL", (int(nid),))
-        return None if value is None else float(value)
 
     def chunk_rows_for_mining(self, nids: Sequence[int]) -> Iterator[MiningChunkRow]:
         wanted = set(int(n) for n in nids)
@@ -733,32 +664,9 @@ class SQLiteStore:
             f"VALUES ({', '.join('?' * (7 + len(opt)))})", params)
         return list(map(_new_chunk_key, zip(range(base + 1, base + 1 + len(rows)), ids)))
 
-    def set_chunk_deleted(self, nid: int, now: float) -> None:
-        self.conn.execute("UPDATE chunks SET valid_to = ? WHERE nid = ?", (now, nid))
-        self.conn.execute(
-            "UPDATE edges SET valid_to = ?, invalid_reason = 'chunk deleted' "
-            "WHERE (src = ? OR dst = ?) AND valid_to IS NULL",
-            (now, nid, nid),
-        )
-        self.conn.execute("DELETE FROM cooccurrence WHERE a = ? OR b = ?", (nid, nid))
-        self.conn.execute("UPDATE facts SET valid_to = ? WHERE nid = ? AND valid_to IS NULL", (now, nid))
-        self.conn.execute(
-            "INSERT INTO chunk_history (nid, event, old_text, new_text, at) "
-            "SELECT nid, 'delete', text, NULL, ? FROM chunks WHERE nid = ?", (now, nid))
-
     def chunk_metadata(self, nids: Sequence[int]) -> dict[int, dict[str, Any]]:
         rows = self._select_in("SELECT nid, metadata FROM chunks WHERE nid IN ({ids})", [int(n) for n in nids])
         return {r[0]: json.loads(r[1]) if r[1] else {} for r in rows}
-
-    def set_chunk_metadata(self, nid: int, metadata: Mapping[str, Any]) -> None:
-        self.conn.execute("UPDATE chunks SET metadata = ? WHERE nid = ?",
-                          (json.dumps(dict(metadata), ensure_ascii=False), int(nid)))
-
-    def set_chunk_text(self, nid: int, text: str, now: float) -> None:
-        self.conn.execute(
-            "INSERT INTO chunk_history (nid, event, old_text, new_text, at) "
-            "SELECT nid, 'update', text, ?, ? FROM chunks WHERE nid = ?", (text, now, nid))
-        self.conn.execute("UPDATE chunks SET text = ?, text_hash = ? WHERE nid = ?", (text, text_hash(text), nid))
 
     def touch_chunks(self, nids: Sequence[int], now: float) -> None:
         self.conn.executemany(
@@ -769,27 +677,10 @@ class SQLiteStore:
         for nids, now in touches:  # in process: the per-search statements cost no round trip
             self.touch_chunks(nids, now)
 
-    def set_q_value(self, nid: int, q: float) -> None:
-        self.conn.execute("UPDATE chunks SET q_value = ? WHERE nid = ?", (q, nid))
-
     def update_q_values(self, rows: Iterable[tuple[float, int]]) -> None:
         self.conn.executemany("UPDATE chunks SET q_value = ? WHERE nid = ?", rows)
 
     # ------------------------------------------------------------------ edges: reads
-    def edge_rows_by_ids(self, edge_ids: Sequence[str]) -> list[EdgeRow]:
-        rows = self._select_in(f"SELECT {EDGE_COLS} FROM {EDGE_FROM} WHERE e.id IN ({{ids}})", list(edge_ids))
-        return [EdgeRow._make(r) for r in rows]
-
-    def edge_row(self, edge_id: str) -> EdgeRow | None:
-        rows = self.query(f"SELECT {EDGE_COLS} FROM {EDGE_FROM} WHERE e.id = ?", (edge_id,))
-        return EdgeRow._make(rows[0]) if rows else None
-
-    def edge_rows(self, *, nid: int | None = None, valid_only: bool = True,
-                  direction: str = "both") -> list[EdgeRow]:
-        where, params = edge_conditions(nid, direction, valid_only, "?")
-        return [EdgeRow._make(r) for r in self.query(f"SELECT {EDGE_COLS} FROM {EDGE_FROM}{where} ORDER BY e.eid",
-                                                     params)]
-
     def edge_states(self, eids: Sequence[int]) -> list[tuple[int, int, int, int, float, bool]]:
         """(eid, src, dst, rel_code, confidence, valid) of the given edges, ascending eid (the
         catch-up of index files from their journal)."""
@@ -811,15 +702,6 @@ class SQLiteStore:
                          "(SELECT COUNT(*) FROM edges WHERE eid > ?)", (int(nid), int(eid)))[0]
         return int(row[0]), int(row[1])
 
-    def edge_ids(self, eids: Sequence[int]) -> dict[int, str]:
-        return dict(self._select_in("SELECT eid, id FROM edges WHERE eid IN ({ids})", [int(e) for e in eids]))
-
-    def edge_judge_rows(self, eids: Sequence[int]) -> dict[int, JudgeEdgeRow]:
-        rows = self._select_in(
-            "SELECT eid, id, relation, confidence, source, polarity, task_tag, discovered_at, subtype, src, dst "
-            "FROM edges WHERE eid IN ({ids})", [int(e) for e in eids])
-        return {r[0]: JudgeEdgeRow._make(r[1:]) for r in rows}
-
     def negative_excitatory_out_edges(self, srcs: Sequence[int]) -> dict[int, list[OutEdge]]:
         out: dict[int, list[OutEdge]] = {}
         for eid, eid_s, src, dst in self._select_in(
@@ -828,26 +710,6 @@ class SQLiteStore:
                 sorted({int(s) for s in srcs}), size=500):
             out.setdefault(src, []).append(OutEdge(eid, eid_s, dst))
         return out
-
-    def chain_out_edges(self, srcs: Sequence[int]) -> list[ChainEdge]:
-        return [ChainEdge._make(r) for r in self._select_in(
-            "SELECT src, dst, relation, confidence, polarity FROM edges WHERE src IN ({ids}) AND "
-            "valid_to IS NULL AND relation NOT IN ('no_effect', 'temporal')", [int(s) for s in srcs])]
-
-    def task_tag_nodes(self, task_tag: str) -> list[int]:
-        return [r[0] for r in self.query(
-            "SELECT src FROM edges WHERE task_tag = ? AND valid_to IS NULL UNION "
-            "SELECT dst FROM edges WHERE task_tag = ? AND valid_to IS NULL", (task_tag, task_tag))]
-
-    def edges_between(self, a: Sequence[int], b: Sequence[int]) -> list[PathEdge]:
-        a, b = [int(x) for x in a], [int(x) for x in b]
-        if not a or not b:
-            return []
-        qa, qb = ",".join("?" * len(a)), ",".join("?" * len(b))
-        return [PathEdge._make(r) for r in self.query(
-            f"SELECT e.src, e.dst, e.relation, e.confidence, e.id, s.id, d.id FROM {EDGE_FROM} "
-            f"WHERE e.valid_to IS NULL AND ((e.src IN ({qa}) AND e.dst IN ({qb})) OR "
-            f"(e.dst IN ({qa}) AND e.src IN ({qb})))", a + b + a + b)]
 
     def superseded_chunks(self, nids: Sequence[int]) -> dict[int, str]:
         ids = [int(n) for n in nids]
@@ -888,19 +750,6 @@ class SQLiteStore:
             self._sup, self._sup_key, self._sup_rows = sup, key, len(rows)
         return self._sup
 
-    def tagged_edge_rows(self) -> list[TaggedEdgeRow]:
-        return [TaggedEdgeRow._make(r) for r in self.query(
-            "SELECT src, dst, discovered_at, task_tag FROM edges WHERE valid_to IS NULL AND task_tag IS NOT NULL "
-            "AND relation IN ('caused', 'enabled', 'prevented')")]
-
-    def has_new_tagged_decisions(self, since: float) -> bool:
-        if since == float("-inf"):
-            since = -1e308
-        return bool(self.query(
-            "SELECT 1 FROM edges e JOIN chunks s ON s.nid = e.src WHERE e.valid_to IS NULL AND e.task_tag IS NOT NULL "
-            "AND e.relation IN ('caused', 'enabled', 'prevented') AND (e.discovered_at > ? OR s.created_at > ?) "
-            "LIMIT 1", (since, since)))
-
     def projection_arrays(self) -> dict[str, Any]:
         try:
             return self._projection_arrays()
@@ -938,19 +787,6 @@ class SQLiteStore:
         return np.fromiter(cur, dtype=EDGE_DTYPE, count=n)
 
     # ------------------------------------------------------------------ edges: writes
-    def insert_edge(self, *, src: int, dst: int, relation: Relation, subtype: str | None, confidence: float,
-                    source: str, polarity: str | None, task_tag: str | None, event_time: float | None,
-                    discovered_at: float, polarity_origin: str | None = None) -> tuple[int, str]:
-        eid_str = new_id()
-        eid = self._next_key("edges", "eid")
-        self.conn.execute(
-            "INSERT INTO edges (eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, "
-            "polarity_origin, task_tag, event_time, discovered_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (eid, eid_str, src, dst, relation.value, relation.code, subtype, confidence, source, polarity,
-             polarity_origin or ("unknown" if polarity is None else "given"), task_tag, event_time, discovered_at),
-        )
-        return eid, eid_str
-
     def insert_edges_bulk(self, rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, str]]:
         if not rows:
             return []
@@ -969,11 +805,6 @@ class SQLiteStore:
             f"discovered_at{''.join(', ' + c for c in opt)}) VALUES ({', '.join('?' * (10 + len(opt)))})", params)
         return [(base + 1 + i, ids[i]) for i in range(len(rows))]
 
-    def set_edge_invalid(self, eid: int, now: float, reason: str | None, superseded_by: str | None = None) -> None:
-        self.conn.execute(
-            "UPDATE edges SET valid_to = ?, invalid_reason = ?, superseded_by = COALESCE(?, superseded_by) "
-            "WHERE eid = ?", (now, reason, superseded_by, eid))
-
     # ------------------------------------------------------------------ repeated evidence
     def valid_edges_for_pairs(self, keys: Sequence[tuple[int, int, str, str | None]]) -> dict[tuple, EvidenceEdge]:
         """(src, dst, relation, subtype) -> the oldest valid edge with exactly those, for the keys given."""
@@ -982,14 +813,6 @@ class SQLiteStore:
         return evidence_edges(self._select_in(
             "SELECT eid, id, src, dst, relation, subtype, confidence, evidence, polarity, polarity_origin "
             "FROM edges WHERE src IN ({ids}) AND valid_to IS NULL ORDER BY eid", srcs), wanted)
-
-    def add_edge_evidence(self, rows: Iterable[tuple[float, int, str | None, str | None, int]]) -> None:
-        """rows of (confidence, added evidence, polarity, polarity_origin, eid); a ``None`` polarity
-        keeps the stored one."""
-        self.conn.executemany(
-            "UPDATE edges SET confidence = ?, evidence = evidence + ?, "
-            "polarity = COALESCE(?, polarity), polarity_origin = COALESCE(?, polarity_origin) WHERE eid = ?",
-            [(c, n, p, o if p is not None else None, e) for c, n, p, o, e in rows])
 
     # ------------------------------------------------------------------ purge (right to be forgotten)
     def purge_chunks(self, nids: Sequence[int]) -> int:
@@ -1084,10 +907,6 @@ class SQLiteStore:
         conds, params = filter_conditions(filters, "?", prefix="c.")
         return count_dict(self.query(scoped_counts_sql(" AND ".join(conds) or "1"), params * 7)[0])
 
-    def restore_edge(self, eid: int) -> None:
-        self.conn.execute(
-            "UPDATE edges SET valid_to = NULL, invalid_reason = NULL, superseded_by = NULL WHERE eid = ?", (eid,))
-
     def update_edge_confidences(self, rows: Iterable[tuple[float, int]]) -> None:
         self.conn.executemany("UPDATE edges SET confidence = ? WHERE eid = ?", rows)
 
@@ -1117,20 +936,6 @@ class SQLiteStore:
         q = ",".join("?" * len(ids))
         rows = self.query(f"SELECT a, b, weight FROM cooccurrence WHERE a IN ({q}) AND b IN ({q})", ids + ids)
         return {(a, b): w for a, b, w in rows}
-
-    def cooccurrence_row(self, a: int, b: int) -> CooccurrenceRow | None:
-        a, b = (int(a), int(b)) if a < b else (int(b), int(a))
-        rows = self.query("SELECT a, b, weight, hits, updated_at FROM cooccurrence WHERE a = ? AND b = ?", (a, b))
-        return CooccurrenceRow._make(rows[0]) if rows else None
-
-    def cooccurrence_between(self, a: Sequence[int], b: Sequence[int]) -> list[CooccurrencePair]:
-        a, b = [int(x) for x in a], [int(x) for x in b]
-        if not a or not b:
-            return []
-        qa, qb = ",".join("?" * len(a)), ",".join("?" * len(b))
-        return [CooccurrencePair._make(r) for r in self.query(
-            f"SELECT a, b, weight FROM cooccurrence WHERE (a IN ({qa}) AND b IN ({qb})) OR "
-            f"(b IN ({qa}) AND a IN ({qb}))", a + b + a + b)]
 
     def upsert_cooccurrence(self, rows: Sequence[tuple[int, int, float, float]]) -> None:
         self.conn.executemany(
@@ -1163,15 +968,6 @@ class SQLiteStore:
             "VALUES (?,?,?,?,?,?,?,?)", (key, value, nid, user_id, agent_id, run_id, confidence, now))
         return int(cur.lastrowid or 0)
 
-    def facts_with_key(self, key: str, user_id: str | None, agent_id: str | None,
-                       run_id: str | None) -> list[FactRow]:
-        return [FactRow._make(r) for r in self.query(
-            "SELECT fid, nid, value FROM facts WHERE key = ? AND user_id IS ? AND agent_id IS ? AND run_id IS ? "
-            "AND valid_to IS NULL ORDER BY fid", (key, user_id, agent_id, run_id))]
-
-    def retire_fact(self, fid: int, now: float) -> None:
-        self.conn.execute("UPDATE facts SET valid_to = ? WHERE fid = ?", (now, fid))
-
     # ------------------------------------------------------------------ embeddings
     def embeddings_for(self, model: str) -> Iterator[StoredVector]:
         with self._lock:
@@ -1184,11 +980,6 @@ class SQLiteStore:
                 if not rows:
                     break
                 yield from map(StoredVector._make, rows)
-
-    def embeddings_of(self, nids: Sequence[int], model: str) -> list[tuple[int, bytes]]:
-        return self._select_in(
-            "SELECT e.nid, e.vector FROM embeddings e JOIN chunks c ON c.nid = e.nid WHERE e.nid IN ({ids}) "
-            "AND e.model = ? AND e.text_hash = c.text_hash", [int(n) for n in nids], after=(model,))
 
     def embedding_rows(self, model: str, *, after_nid: int = 0, limit: int | None = None,
                        nids: Sequence[int] | None = None, with_vectors: bool = True) -> list[tuple]:
@@ -1205,33 +996,11 @@ class SQLiteStore:
                           f"WHERE e.nid > ? AND {where} ORDER BY e.nid LIMIT ?",
                           (int(after_nid), model, -1 if limit is None else int(limit)))
 
-    def chunks_missing_embedding(self, model: str, *, limit: int | None = None,
-                                 after_nid: int = 0) -> list[tuple[int, str]]:
-        return self.query(
-            "SELECT c.nid, c.text FROM chunks c LEFT JOIN embeddings e ON e.nid = c.nid "
-            "WHERE c.nid > ? AND c.valid_to IS NULL AND (e.nid IS NULL OR e.model != ? OR e.text_hash != c.text_hash) "
-            "ORDER BY c.nid LIMIT ?", (int(after_nid), model, -1 if limit is None else int(limit)))
-
-    def max_chunk_nid(self) -> int:
-        return int(self._one("SELECT COALESCE(MAX(nid), 0) FROM chunks"))
-
-    def has_embeddings(self, model: str) -> bool:
-        return bool(self.query("SELECT EXISTS (SELECT 1 FROM embeddings WHERE model = ?)", (model,))[0][0])
-
-    def embedding_backlog(self, model: str) -> tuple[int, int]:
-        row = self.query(
-            "SELECT COUNT(*), COUNT(e.nid) FROM chunks c LEFT JOIN embeddings e ON e.nid = c.nid "
-            "AND e.model = ? AND e.text_hash = c.text_hash WHERE c.valid_to IS NULL", (model,))[0]
-        return int(row[0]), int(row[1])
-
     def put_embeddings(self, rows: Iterable[EmbeddingRow | tuple[int, str, int, int, bytes]]) -> None:
         self.conn.executemany(
             "INSERT OR REPLACE INTO embeddings (nid, model, dim, text_hash, vector) VALUES (?,?,?,?,?)", rows)
 
     # ------------------------------------------------------------------ sleep bookkeeping
-    def judged_pairs(self) -> set[str]:
-        return {r[0] for r in self.query("SELECT key FROM meta WHERE key LIKE 'judged:%'")}
-
     def remember_judged(self, keys: Iterable[str], verdict: str = "decided") -> None:
         self.conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", [(k, verdict) for k in keys])
 
