@@ -571,3 +571,50 @@ def test_edge_ends_are_checked_as_a_foreign_key_would(pg_dsn):
         t.join(10)
         assert box == ["ForeignKeyViolation"]
         assert conn.execute("SELECT COUNT(*) FROM edges WHERE eid > %s", (top,)).fetchone()[0] == 0
+
+
+# ---------------------------------------------------------------- replies read later (read_once, bulk COPY)
+def test_a_query_run_ahead_of_its_change_check_runs_again_after_another_hosts_commit(pg_dsn):
+    """search_causal sends its change check and answers from the views meanwhile (``read_once``);
+    when the reply shows another host's commit, the answer is dropped and the query runs again in
+    step, so the write is in the very next answer."""
+    with Memory(pg_dsn, embedder=None) as a, Memory(pg_dsn, embedder=None) as b:
+        a.record_many([(f"decision {i}", f"outcome {i}") for i in range(20)])
+        assert [x.text for x in a.search_causal("decision 3")][:1] == ["outcome 3"]
+        for i in range(3):
+            b.record_decision(f"rollout plan {i}", f"pager storm {i}")
+            sent = a._store.checks_sent
+            assert [x.text for x in a.search_causal(f"rollout plan {i}")] == [f"pager storm {i}"]
+            assert a._store.checks_sent == sent + 1  # one check, sent ahead; the rerun checked in front
+            assert a._store._pending is None
+        b.record_decision("rollout plan 0", "pager storm again")  # another host reinforces a known decision
+        assert sorted(x.text for x in a.trace_cause("pager storm again")) == ["rollout plan 0"]
+
+
+def test_a_bulk_copy_that_fails_raises_inside_its_transaction(pg_dsn):
+    """The reply to a bulk COPY is read before the connection's next statement: a COPY the server
+    refuses (an edge naming no chunk) fails its transaction or savepoint, nothing of it stays, and
+    the connection goes on as before."""
+    from causalmem.types import Relation as Rel
+
+    with Memory(pg_dsn, embedder=None) as mem:
+        mem.record_many([("shard the queue", "latency halved")])
+        store = mem._store
+        bad = {"src": 10 ** 9, "dst": 10 ** 9 + 1, "relation": Rel.CAUSED, "confidence": 0.5, "source": "rule",
+               "discovered_at": 1.0}
+        with pytest.raises(StoreError, match="names a chunk that does not exist"):
+            with store.transaction():
+                store.insert_edges_bulk([bad])
+        with store.transaction():  # the savepoint fails, the transaction goes on and commits the rest
+            with pytest.raises(StoreError, match="names a chunk that does not exist"):
+                with store.transaction():
+                    store.insert_edges_bulk([bad])
+            store.set_meta("after", "yes")
+        with pytest.raises(KeyError):  # an error of the caller's own while the COPY's reply is unread
+            with store.transaction():
+                store.insert_edges_bulk([bad])
+                raise KeyError("caller")
+        assert store._pending is None and store.get_meta("after") == "yes"
+        assert store.counts()["edges"] == 1
+        mem.record_many([("cache the token", "stale sessions")])
+        assert [x.text for x in mem.search_causal("cache the token")] == ["stale sessions"]
