@@ -24,7 +24,7 @@ __all__ = [
     "CHUNK_COLS", "CHUNK_FILTERS", "COUNTS_SQL", "COUNT_KEYS", "EDGE_COLS", "EDGE_FROM", "EXPORTS", "IMPORT_COLS",
     "ImportRows", "SharedStore",
     "chunk_columns_of", "count_dict", "edge_conditions", "evidence_edges", "export_record", "filter_conditions",
-    "import_rows", "reuse_groups", "scoped_counts_sql", "sleep_edge_select",
+    "import_rows", "reuse_groups", "same_text", "scoped_counts_sql", "sleep_edge_select",
 ]
 
 #: a chunk row's columns in ``ChunkRow`` order
@@ -145,6 +145,14 @@ def chunk_columns_of(rows: Sequence[Sequence[Any]], with_text: bool) -> ChunkCol
     return ChunkColumns(nid=c[0], kind=c[1], created_at=c[2], event_time=c[3], q_value=c[4], importance=c[5],
                         user_id=c[6], agent_id=c[7], run_id=c[8], session_id=c[9], alive=c[10],
                         text=c[11] if with_text else None)
+
+
+def same_text(rows: Iterable[Sequence[Any]], text: str) -> ChunkKey | None:
+    """The first of (nid, id, text) ``rows`` whose text is exactly ``text`` (a hash lookup's check)."""
+    for nid, cid, t in rows:
+        if t == text:
+            return ChunkKey(nid, cid)
+    return None
 
 
 def reuse_groups(keys: Sequence[tuple[str, tuple]], hashes: dict[str, int]) -> dict[tuple, dict[int, str]]:
@@ -358,6 +366,23 @@ class SharedStore:
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return [r[0] for r in self.query(self._q(sql), params)]
+
+    def _reusable_rows(self, hashes: Sequence[int], scope: tuple) -> list[tuple]:
+        """(nid, id, text) of the live non-turn chunks of ``scope`` with one of the text ``hashes``,
+        by nid (how each backend reaches its reuse index is its own)."""
+        raise NotImplementedError
+
+    def find_reusable_chunks(self, keys: Sequence[tuple[str, tuple]],
+                             hashes: dict[str, int] | None = None) -> dict[tuple[str, tuple], ChunkKey]:
+        """Bulk form of ``find_reusable_chunk``: {(text, scope): (nid, id)} for the keys that exist.
+
+        ``hashes``, when given, is filled with text -> text_hash for reuse by ``insert_chunks_bulk``."""
+        hashes = {} if hashes is None else hashes
+        out: dict[tuple[str, tuple], ChunkKey] = {}
+        for scope, by_hash in reuse_groups(keys, hashes).items():
+            for nid, cid, t in self._reusable_rows(list(by_hash), scope):
+                out.setdefault((t, scope), ChunkKey(nid, cid))
+        return out
 
     def chunk_texts(self, nids: Sequence[int]) -> dict[int, str]:
         return dict(self.texts_of(nids))

@@ -48,8 +48,8 @@ import numpy as np
 from ..errors import RetryableStoreError, SchemaVersionError, StoreError
 from ._common import (
     CHUNK_COLS, EXPORTS, IMPORT_COLS, chunk_columns_of, count_dict,
-    evidence_edges, export_record, filter_conditions, import_rows, reuse_groups, scoped_counts_sql,
-    SharedStore, sleep_edge_select,
+    evidence_edges, export_record, filter_conditions, import_rows, scoped_counts_sql,
+    SharedStore, same_text, sleep_edge_select,
 )
 from .base import (
     CHUNK_DTYPE, COOC_DTYPE, EDGE_DTYPE, PROJECTION_CO_DTYPE, PROJECTION_EDGE_DTYPE, ChunkColumns, ChunkKey,
@@ -1227,22 +1227,11 @@ class PostgresStore(SharedStore):
         rows = self.query(
             f"SELECT nid, id, text FROM chunks WHERE text_hash = %s AND {_SCOPE} AND kind <> 'turn' "
             "AND valid_to IS NULL ORDER BY nid LIMIT 4", (text_hash(text), user_id, agent_id, run_id))
-        for nid, cid, t in rows:
-            if t == text:
-                return ChunkKey(nid, cid)
-        return None
+        return same_text(rows, text)
 
-    def find_reusable_chunks(self, keys: Sequence[tuple[str, tuple]],
-                             hashes: dict[str, int] | None = None) -> dict[tuple[str, tuple], ChunkKey]:
-        hashes = {} if hashes is None else hashes
-        out: dict[tuple[str, tuple], ChunkKey] = {}
-        for scope, by_hash in reuse_groups(keys, hashes).items():
-            rows = self.query(
-                f"SELECT nid, id, text FROM chunks WHERE text_hash = ANY(%s::bigint[]) AND {_SCOPE} "
-                "AND kind <> 'turn' AND valid_to IS NULL ORDER BY nid", (_int_array(by_hash), *scope))
-            for nid, cid, t in rows:
-                out.setdefault((t, scope), ChunkKey(nid, cid))
-        return out
+    def _reusable_rows(self, hashes: Sequence[int], scope: tuple) -> list[tuple]:
+        return self.query(f"SELECT nid, id, text FROM chunks WHERE text_hash = ANY(%s::bigint[]) AND {_SCOPE} "
+                          "AND kind <> 'turn' AND valid_to IS NULL ORDER BY nid", (_int_array(hashes), *scope))
 
     def chunk_columns(self, *, with_text: bool = True, batch: int = 50000) -> Iterator[ChunkColumns]:
         sql = ("SELECT nid, kind, created_at, event_time, q_value, importance, user_id, agent_id, run_id, "

@@ -29,8 +29,8 @@ from ..errors import SchemaVersionError, StoreError
 from ..types import Relation
 from ._common import (
     CHUNK_COLS, EXPORTS, IMPORT_COLS, chunk_columns_of, count_dict,
-    evidence_edges, export_record, filter_conditions, import_rows, reuse_groups, scoped_counts_sql,
-    SharedStore, sleep_edge_select,
+    evidence_edges, export_record, filter_conditions, import_rows, scoped_counts_sql,
+    SharedStore, same_text, sleep_edge_select,
 )
 from .base import (
     CHUNK_DTYPE, COOC_DTYPE, EDGE_DTYPE, PROJECTION_CO_DTYPE, PROJECTION_EDGE_DTYPE, ChunkColumns, ChunkKey,
@@ -558,26 +558,13 @@ class SQLiteStore(SharedStore):
             "AND run_id IS ? AND kind != 'turn' AND valid_to IS NULL ORDER BY nid LIMIT 4",
             (text_hash(text), user_id, agent_id, run_id),
         )
-        for nid, cid, t in rows:
-            if t == text:
-                return ChunkKey(nid, cid)
-        return None
+        return same_text(rows, text)
 
-    def find_reusable_chunks(self, keys: Sequence[tuple[str, tuple]],
-                             hashes: dict[str, int] | None = None) -> dict[tuple[str, tuple], ChunkKey]:
-        """Bulk form of ``find_reusable_chunk``: {(text, scope): (nid, id)} for the keys that exist.
-
-        ``hashes``, when given, is filled with text -> text_hash for reuse by ``insert_chunks_bulk``."""
-        hashes = {} if hashes is None else hashes
-        out: dict[tuple[str, tuple], ChunkKey] = {}
-        for scope, by_hash in reuse_groups(keys, hashes).items():
-            rows = self._select_in(
-                "SELECT nid, id, text FROM chunks INDEXED BY chunks_reuse WHERE text_hash IN ({ids}) AND "
-                "user_id IS ? AND agent_id IS ? AND run_id IS ? AND kind != 'turn' AND valid_to IS NULL ORDER BY nid",
-                list(by_hash), after=scope, size=500)
-            for nid, cid, t in rows:
-                out.setdefault((t, scope), ChunkKey(nid, cid))
-        return out
+    def _reusable_rows(self, hashes: Sequence[int], scope: tuple) -> list[tuple]:
+        return self._select_in(
+            "SELECT nid, id, text FROM chunks INDEXED BY chunks_reuse WHERE text_hash IN ({ids}) AND "
+            "user_id IS ? AND agent_id IS ? AND run_id IS ? AND kind != 'turn' AND valid_to IS NULL ORDER BY nid",
+            hashes, after=scope, size=500)
 
     def chunk_columns(self, *, with_text: bool = True, batch: int = 50000) -> Iterator[ChunkColumns]:
         with self._lock:
