@@ -1407,6 +1407,10 @@ class PostgresStore(SharedStore):
         if not count:
             return
         keys = list(count)
+        # probe the chunks by key, here and in the read-back before the commit (``_end_write``): with
+        # a few hundred keys the planner's estimate preferred a hash join over a scan of every chunk
+        # (8 of a 10 ms update on 20,000 chunks, and growing with the store)
+        self._x("SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off")
         self._x("UPDATE chunks c SET access_count = c.access_count + t.n, "
                 "importance = LEAST(10.0, c.importance + 0.1 * t.n), last_accessed_at = t.at "
                 "FROM unnest(%s::bigint[], %s::bigint[], %s::float8[]) AS t(nid, n, at) WHERE c.nid = t.nid",
