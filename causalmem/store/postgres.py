@@ -921,6 +921,10 @@ class PostgresStore(SharedStore):
                     self._settle()
         return self._conn
 
+    @conn.setter
+    def conn(self, conn: Any) -> None:  # the tests' PostgreSQL pass wraps it (tests/pg_site)
+        self._conn = conn
+
     def read_once(self, fn: Callable[[], R]) -> R:
         """Run the read-only query ``fn`` with this call's change check in flight instead of before
         it: the check goes out as ``fn`` starts (``data_version``), ``fn`` answers from the views as
