@@ -72,8 +72,9 @@ R = TypeVar("R")
 
 __all__ = ["PostgresStore", "RetryableStoreError", "SCHEMA_VERSION", "MIGRATIONS", "is_dsn", "DEFAULT_SCHEMA"]
 
-#: schemas 1-3 are the SQLite backend's; 4 and 5 change only PostgreSQL's physical layout (see ``_V4``,
-#: ``_V5``), the rows and their meaning are those of SQLite's schema 3
+#: schemas 1-3 are the SQLite backend's; PostgreSQL's 4 and 5 change only its physical layout (see
+#: ``_V4``, ``_V5``; SQLite's own 4 is an index change of its own): the rows and their meaning are
+#: those of SQLite's schema 3, the same on both backends
 SCHEMA_VERSION = 5
 DEFAULT_SCHEMA = "causalmem"
 #: first key of the two-key advisory locks ("CMem")
