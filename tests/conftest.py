@@ -155,6 +155,8 @@ PG_SKIPS: dict[str, str] = {
     "with the sqlite3 module and checks its indexes (the PostgreSQL migrations to 3, 4 and 5: test_postgres.py::test_a_schema_2_memory_is_migrated_to_5_in_place)",
     "test_retrieval_speed_superseded.py::test_schema_4": "SQLite's query plan of the superseded lookup",
     "test_retrieval_speed_superseded.py::test_version_3_file": "builds a schema-3 SQLite file with the sqlite3 module",
+    "test_retrieval_speed_superseded.py::test_a_search_right_after_a_write": "SQLiteStore's superseded map against "
+    "the SQL on the SQLite file (PostgreSQL keeps its own: tests/test_postgres_cache.py)",
     "test_retrieval_speed_superseded.py::test_superseded_lookup_matches_sql": "SQLiteStore's cache of the superseded "
     "map against the SQL on the file (PostgreSQL keeps its own: tests/test_postgres_cache.py)",
     "test_oneshot_writer.py::test_one_shot_writers_touch_no_index_file_and_load_no_model": "index files in "
