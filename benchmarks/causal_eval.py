@@ -207,15 +207,22 @@ def markdown(rows: list[tuple[str, dict]], meta: dict) -> str:
              "because no single quoted node text names what to spread from.", ""]
     header = "| setting | " + " | ".join(f"{c} {CAT_NAMES[c]}" for c in CATEGORIES) + " | overall |"
     lines += [header, "|---" * (len(CATEGORIES) + 2) + "|"]
+    lines += _table_rows(rows)
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _table_rows(rows: list[tuple[str, dict]]) -> list[str]:
+    """One markdown row per setting: recall / hit / all (n) per category and overall."""
+    out = []
     for label, s in rows:
         cells = []
         for c in list(map(str, CATEGORIES)) + ["all"]:
             r = s.get(c)
             cells.append("—" if not r or "recall" not in r else
                          f"{r['recall']:.2f} / {r['hit']:.2f} / {r['all']:.2f} (n={r['n']})")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines.append("")
-    return "\n".join(lines)
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return out
 
 
 # graphs 0-4 were looked at while building sleep stage 4b; 5-9 are held back and reported separately
@@ -232,13 +239,7 @@ def transfer_markdown(rows: list[tuple[str, dict]]) -> str:
              "are held back and reported on their own. Same cells as above (search, conversations + graph).", "",
              "| setting | " + " | ".join(f"{c} {CAT_NAMES[c]}" for c in CATEGORIES) + " | overall |",
              "|---" * (len(CATEGORIES) + 2) + "|"]
-    for label, s in rows:
-        cells = []
-        for c in list(map(str, CATEGORIES)) + ["all"]:
-            r = s.get(c)
-            cells.append("—" if not r or "recall" not in r else
-                         f"{r['recall']:.2f} / {r['hit']:.2f} / {r['all']:.2f} (n={r['n']})")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += _table_rows(rows)
     lines.append("")
     return "\n".join(lines) + "\n"
 
