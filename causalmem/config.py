@@ -66,8 +66,12 @@ class Config:
     # hits across sessions cost LoCoMo-dev recall@10 with reinforcement on, 0.756 -> 0.707)
     hebbian_same_session: bool = True
     # sleep stage 4b (consolidation/transfer.py): at most this many meta similar_to links per decision
-    # between decisions of different tasks whose outcomes have the same shape (0: the stage is off)
-    transfer_links: int = 2
+    # between decisions of different tasks whose outcomes have the same shape (0: the stage is off).
+    # Opt-in: the shape alone ("a first step that caused a failure") also links unrelated tasks on a
+    # user's store ("ate the gas-station sushi" ~ "deployed without running tests"), and search_causal
+    # then reaches the other task's outcomes; on CausalEval's designed analogues 2 lifts lesson
+    # transfer (held-back category 16 0.05 -> 0.35, benchmarks/results/causal_eval.md)
+    transfer_links: int = 0
     # spreading presets
     causal: SpreadParams = CAUSAL
     pedsa: SpreadParams = PEDSA_RETRIEVAL

@@ -30,6 +30,7 @@ class _Clock:
 
 
 def _mem(path, clock=None, **kw):
+    kw.setdefault("config", Config(transfer_links=2))  # the stage is opt-in
     return Memory(path, clock=clock or (lambda: T), embedder=None, **kw)
 
 
@@ -150,3 +151,26 @@ def test_spreading_from_one_task_reaches_the_other_tasks_lesson(tmp_path):
         assert INDEX_OUT not in got
         hits = [h.text for h in mem.search(DNS, top_k=5, reinforce=False)]
         assert CI in hits
+
+
+def test_off_by_default_so_unrelated_tasks_of_one_shape_stay_unlinked(tmp_path):
+    """At the default the stage writes nothing: ten unrelated tasks that each caused a failure share
+    the commonest shape there is, and linking them would make search_causal list another task's
+    decision as a consequence (review R4)."""
+    tasks = [("ate the gas-station sushi", "stomach ache all night"),
+             ("deployed without running tests", "production outage"),
+             ("left the oven on", "kitchen full of smoke"),
+             ("forgot to renew the TLS certificate", "site down for an hour"),
+             ("lent money to my cousin", "never saw it again")]
+    with Memory(tmp_path / "d.db", clock=lambda: T, embedder=None) as mem:
+        assert mem.config.transfer_links == 0
+        for i, (d, o) in enumerate(tasks):
+            mem.record_decision(d, o, relation="caused", polarity="negative", task_tag=f"task{i}", user_id="u")
+        assert mem.sleep(now=T + DAY).transfer_links == 0
+        assert not _similar(mem)
+        got = [a.text for a in mem.search_causal("ate the gas-station sushi", user_id="u")]
+        assert got == ["stomach ache all night"]
+    with _mem(tmp_path / "on.db") as mem:  # opted in, the same store gets the shape links
+        for i, (d, o) in enumerate(tasks):
+            mem.record_decision(d, o, relation="caused", polarity="negative", task_tag=f"task{i}", user_id="u")
+        assert mem.sleep(now=T + DAY).transfer_links > 0
