@@ -199,24 +199,28 @@ class Projection:
         self._overlay.cache = None
         self.version += 1
 
-    def edge_reweighted(self, eid: int, relation: Relation, confidence: float) -> None:
-        """A valid edge's confidence changed (repeated evidence): its weight is set in place, in the
-        overlay when the edge was written since the last build, else in the graph (what a rebuild
-        would compute: confidence x the relation's coefficient, float32)."""
-        if self.graph is None or self._stale:
+    def edges_reweighted(self, edges: list[tuple[int, Relation, float]]) -> None:
+        """Valid edges whose confidence changed (repeated evidence), ``(eid, relation, confidence)``:
+        each weight is set in place, in the overlay when the edge was written since the last build,
+        else in the graph (what a rebuild would compute: confidence x the relation's coefficient,
+        float32). One pass over the overlay for the whole batch."""
+        if self.graph is None or self._stale or not edges:
             return
-        value = edge_value(relation, confidence)
+        value = {eid: edge_value(rel, conf) for eid, rel, conf in edges}
         ov = self._overlay
-        hit = False
+        in_overlay = set()
         for i, k in enumerate(ov.keys):
-            if k == eid:
-                ov.val[i] = value
-                hit = True
-        if hit:
+            v = value.get(k)
+            if v is not None:
+                ov.val[i] = v
+                in_overlay.add(k)
+        if in_overlay:
             ov.cache = None
-        else:
+        for eid, v in value.items():
+            if eid in in_overlay:
+                continue
             try:
-                done = self.graph.reweight(eid, value)
+                done = self.graph.reweight(eid, v)
             except KeyError:
                 done = False
             if not done:

@@ -1163,11 +1163,7 @@ class Views:
         if edges:
             self._note("eu", [e[0] for e in edges])
 
-            def apply() -> None:
-                for eid, rel, conf in edges:
-                    self.projection.edge_reweighted(eid, Relation(rel), conf)
-
-            fx.append(apply)
+            fx.append(lambda: self.projection.edges_reweighted([(e, Relation(r), c) for e, r, c in edges]))
 
     # ------------------------------------------------------------------ queued search reinforcement
     def queue_reinforcement(self, nids: Sequence[int]) -> None:
