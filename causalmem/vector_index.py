@@ -65,6 +65,10 @@ import numpy as np
 from . import _kernels
 from .sidecar import read_chain
 
+# Positional reads: ``os.pread`` where the platform has it. Windows has none (and the compiled gather
+# reports ENOSYS there): a rows file is then read by seek + read under the file's lock, row by row.
+_HAVE_PREAD = hasattr(os, "pread")
+
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
 
@@ -291,7 +295,8 @@ class Rows:
         self.n = int(shape[0])
         if os.path.getsize(path) != self.offset + self.n * self.rowbytes:
             raise ValueError("rows file size does not match its header")
-        self.fd = os.open(path, os.O_RDONLY)
+        self._seek_lock = threading.Lock()
+        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -304,9 +309,25 @@ class Rows:
         except Exception:  # pragma: no cover - interpreter teardown
             pass
 
+    def _pread(self, size: int, at: int) -> bytes:
+        """``size`` bytes at byte ``at`` (fewer at the end of the file), without moving a shared offset."""
+        if _HAVE_PREAD:
+            return os.pread(self.fd, size, at)
+        parts: list[bytes] = []
+        got = 0
+        with self._seek_lock:  # the seek and the reads of one call are not interleaved with another's
+            os.lseek(self.fd, at, os.SEEK_SET)
+            while got < size:
+                part = os.read(self.fd, size - got)
+                if not part:
+                    break
+                parts.append(part)
+                got += len(part)
+        return b"".join(parts)
+
     def _read(self, lo: int, count: int) -> np.ndarray:
         want = count * self.rowbytes
-        buf = os.pread(self.fd, want, self.offset + lo * self.rowbytes)
+        buf = self._pread(want, self.offset + lo * self.rowbytes)
         if len(buf) != want:
             raise OSError(f"short read from {self.path}")
         return np.frombuffer(buf, dtype=self._np).reshape(count, self.dim)
@@ -322,6 +343,13 @@ class Rows:
         if int(pos.min()) < 0 or int(pos.max()) >= self.n:
             raise IndexError(f"row positions outside 0..{self.n - 1}")
         buf = np.empty(rb * pos.shape[0], dtype=np.uint8)
+        if not _HAVE_PREAD:
+            for i, p in enumerate(pos.tolist()):
+                row = self._pread(rb, off + p * rb)
+                if len(row) != rb:
+                    raise OSError(f"short or failed read from {self.path}")
+                buf[i * rb: (i + 1) * rb] = np.frombuffer(row, dtype=np.uint8)
+            return _dequantised(buf.view(self._np).reshape(pos.shape[0], self.dim))
         try:  # compiled: one pread per row with the GIL released for the whole gather (0.87 -> ~0.3 ms / 400 rows)
             _kernels.pread_rows(fd, np.ascontiguousarray(pos), rb, off, buf)
         except OSError as exc:

@@ -79,6 +79,45 @@ def test_rows_file_take_matches_the_array(tmp_path):
             on_disk.close()
 
 
+def test_rows_file_without_pread_reads_by_seek_under_a_lock(tmp_path, monkeypatch):
+    """Where the platform has no ``os.pread`` (Windows), a rows file is read by seek + read under the
+    file's lock: the same rows as in memory, also with several threads gathering at once."""
+    import threading
+
+    from causalmem import vector_index
+
+    monkeypatch.setattr(vector_index, "_HAVE_PREAD", False)
+    monkeypatch.delattr(os, "pread")  # as on Windows: any use of it would fail
+    rng = np.random.default_rng(5)
+    raw = rng.standard_normal((500, 24)).astype("<f4")
+    path = tmp_path / "r.npy"
+    np.save(path, raw)
+    on_disk, in_memory = Rows(24, "f32", path=path), Rows(24, "f32", array=raw)
+    try:
+        np.testing.assert_array_equal(np.concatenate([b for _, b in on_disk.blocks(size=64)]), raw)
+        errors: list[BaseException] = []
+
+        def gather(seed: int) -> None:
+            r = np.random.default_rng(seed)
+            try:
+                for _ in range(50):
+                    pos = r.integers(0, 500, int(r.integers(1, 80)))
+                    np.testing.assert_array_equal(on_disk.take(pos), in_memory.take(pos))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=gather, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[0]
+        with pytest.raises(IndexError):
+            on_disk.take(np.array([500]))
+    finally:
+        on_disk.close()
+
+
 class _Views:
     """The one method ``_vectors_with`` calls: the vectors of a real index, in the order asked."""
 
