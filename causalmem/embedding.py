@@ -68,7 +68,7 @@ logger = logging.getLogger("causalmem")
 #: progress callback: (done, total) after each batch
 Progress = Callable[[int, int], None]
 #: texts per encode call inside a batch (the worker checks for a stop between them)
-_SUB_BATCH = 64
+_SUB_BATCH = 128
 #: seconds a closing process with its model loaded spends embedding its own backlog
 CLOSE_DRAIN_S = 0.5
 #: overrides ``Config.embed_handoff`` when set: ``0``/``off`` (the test suite sets it), ``1``/``auto``, ``drain``

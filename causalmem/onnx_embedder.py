@@ -42,6 +42,7 @@ import tempfile
 import threading
 import warnings
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -326,13 +327,24 @@ class QueryVectorCache:
         return vec
 
 
-_SESSION_CACHE: dict[tuple[str, int], Any] = {}
+_SESSION_CACHE: dict[str, Any] = {}
 _SESSION_LOCK = threading.Lock()
+#: graph fusions left out of the session: onnxruntime's CPU SkipLayerNormalization kernel costs more than the
+#: Add + LayerNormalization it replaces on this model (CPU per text 1.31 vs 1.65 ms, int8, batches of 64,
+#: one thread; benchmarks/results/background_embedding.md); the vectors agree (LoCoMo turns against torch:
+#: int8 mean cosine 0.9915 either way, fp32 1.0000)
+DISABLED_FUSIONS = ("SkipLayerNormFusion",)
 
 
-def _session(path: Path, threads: int) -> Any:
-    """One InferenceSession per (graph file, threads) per process (sessions are thread-safe for run)."""
-    key = (str(path), threads)
+def _session(path: Path) -> Any:
+    """One InferenceSession per graph file per process, single-threaded without a spinning pool.
+
+    Batches are parallel across sub-batches instead (``OnnxEmbedder.threads`` concurrent ``run`` calls on
+    this one session; ``run`` is thread-safe and releases the GIL): a 2-thread intra-op pool that spins
+    between operators burned 3.0-3.3 ms of CPU per text where one thread needs 1.3-1.7 ms, and every
+    operator waited for the slower of its threads, so on a shared machine the batch encode fell to 107-150
+    texts/s (load 6-11) where the same texts ran at 178-358 texts/s this way."""
+    key = str(path)
     with _SESSION_LOCK:
         sess = _SESSION_CACHE.get(key)
         if sess is None:
@@ -340,12 +352,23 @@ def _session(path: Path, threads: int) -> Any:
 
             so = ort.SessionOptions()
             so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            if threads:
-                so.intra_op_num_threads = threads
+            so.intra_op_num_threads = 1
             so.inter_op_num_threads = 1
-            sess = ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+            so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+            sess = ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"],
+                                        disabled_optimizers=list(DISABLED_FUSIONS))
             _SESSION_CACHE[key] = sess
         return sess
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask where the platform has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - no affinity API (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
 
 
 _DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -395,6 +418,11 @@ class OnnxEmbedder:
     is the same as the torch backend's, so vectors of either backend count as the current
     model's (they agree to cosine >= 0.99; the int8 variant within :data:`INT8_MIN_COSINE`).
     The graph is exported and the session created on first use.
+
+    A call's texts are sorted by length and cut into sub-batches of ``batch_size``; up to ``threads``
+    sub-batches run at once (0: the CPUs this process may use), each on one thread of the one
+    session. A sub-batch's vectors depend only on its own texts (the int8 graph quantises a
+    sub-batch's activations together), never on the thread count or on which thread ran it.
     """
 
     def __init__(
@@ -402,7 +430,7 @@ class OnnxEmbedder:
         model: str | os.PathLike[str] = "all-MiniLM-L6-v2",
         *,
         precision: str = "fp32",
-        batch_size: int = 64,
+        batch_size: int = 16,
         threads: int = 0,
         cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
@@ -415,7 +443,7 @@ class OnnxEmbedder:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-            raise ValueError(f"threads must be an int >= 0 (0 = onnxruntime's default), got {threads!r}")
+            raise ValueError(f"threads must be an int >= 0 (0 = the CPUs this process may use), got {threads!r}")
         self.model_name, self.model_dir = _local_model(model)
         self.precision = precision
         self.batch_size = batch_size
@@ -431,7 +459,8 @@ class OnnxEmbedder:
             raise ValueError(f"the ONNX backend implements mean pooling only; {str(self.model_dir)!r} pools otherwise")
         self._tok: Any = None
         self._sess: Any = None
-        self._sess_one: Any = None  # the session of single-text calls (a search's query), made on first use
+        self._sess_one: Any = None  # the session of single-text calls (a search's query): the same one, once loaded
+        self._pool: ThreadPoolExecutor | None = None  # the helpers of a call of several sub-batches
         self._init_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -441,6 +470,11 @@ class OnnxEmbedder:
     def graph_path(self) -> Path:
         """The cached ONNX file (exported on first access)."""
         return export_onnx(self.model_dir, self.precision, self.cache_dir)
+
+    @property
+    def parallel(self) -> int:
+        """How many sub-batches of a call run at once."""
+        return self.threads or usable_cores()
 
     def _ready(self) -> None:
         if self._sess is not None:
@@ -454,15 +488,9 @@ class OnnxEmbedder:
             tok.enable_truncation(max_length=self.max_seq_length)
             tok.no_padding()
             self._tok = tok
-            self._sess = _session(self.graph_path, self.threads)
-
-    def _one(self) -> Any:
-        """The session of a single text: one intra-op thread (a 10-30 token query gains nothing from a
-        second thread, and on a busy machine the spinning thread pool of the batch session made one
-        query's encode 2-3x slower: 24 vs 7-15 ms at load 9, 2 cores)."""
-        if self._sess_one is None:
-            self._sess_one = self._sess if self.threads == 1 else _session(self.graph_path, 1)
-        return self._sess_one
+            sess = _session(self.graph_path)
+            self._sess_one = sess  # single-threaded already: a 10-30 token query gains nothing from more
+            self._sess = sess
 
     def _run(self, encs: list[Any]) -> np.ndarray:
         n = len(encs)
@@ -473,9 +501,14 @@ class OnnxEmbedder:
             k = len(e.ids)
             ids[i, :k] = e.ids
             mask[i, :k] = 1
-        sess = self._one() if n == 1 else self._sess
-        (out,) = sess.run(None, {"input_ids": ids, "attention_mask": mask})
+        (out,) = self._sess.run(None, {"input_ids": ids, "attention_mask": mask})
         return out
+
+    def _helpers(self, n: int) -> ThreadPoolExecutor:
+        with self._init_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="causalmem-onnx")
+            return self._pool
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         texts = check_texts(texts)
@@ -485,9 +518,25 @@ class OnnxEmbedder:
         encs = self._tok.encode_batch(texts, add_special_tokens=True)
         order = np.argsort([-len(e.ids) for e in encs], kind="stable")  # longest first, as sentence-transformers
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for s in range(0, len(texts), self.batch_size):
-            idx = order[s : s + self.batch_size]
-            out[idx] = self._run([encs[i] for i in idx])
+        parts = [order[s: s + self.batch_size] for s in range(0, len(texts), self.batch_size)]
+        todo = iter(parts)
+        take = threading.Lock()
+
+        def work() -> None:
+            while True:
+                with take:
+                    idx = next(todo, None)
+                if idx is None:
+                    return
+                out[idx] = self._run([encs[i] for i in idx])
+
+        helpers = min(self.parallel, len(parts)) - 1
+        futures = [self._helpers(self.parallel - 1).submit(work) for _ in range(helpers)] if helpers > 0 else []
+        try:
+            work()  # the calling thread takes sub-batches too
+        finally:
+            for f in futures:
+                f.result()
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         np.maximum(norms, 1e-12, out=norms)
         return out / norms
