@@ -46,7 +46,7 @@ def test_a_dsn_selects_postgres_and_a_path_keeps_sqlite(pg_dsn, tmp_path):
         assert isinstance(mem._store, PostgresStore)
         mem.record_decision("deploy without tests", "production crash")
         assert [a.text for a in mem.search_causal("deploy without tests")] == ["production crash"]
-        assert mem.stats()["schema_version"] == 5
+        assert mem.stats()["schema_version"] == 6
     if os.environ.get("CAUSALMEM_TEST_BACKEND") != "postgres":  # that run maps every path to PostgreSQL
         assert isinstance(open_store(tmp_path / "m.db"), SQLiteStore)
         assert isinstance(open_store(":memory:"), SQLiteStore)
@@ -100,7 +100,7 @@ def test_a_schema_2_memory_is_migrated_to_5_in_place(pg_dsn):
     triggers) is brought to 5 at the next open: (3) the session index partial, edges_src gone, the
     superseded-edge indexes there, the change log one row per statement; (4) the reuse index on the
     text hash alone, the edges' foreign keys replaced by statement-level checks; (5) the change log's
-    key arrays stored uncompressed; the rows kept."""
+    key arrays stored uncompressed; (6) no scope index, room for in-place updates; the rows kept."""
     from causalmem.store import postgres as pg
 
     conn, schema = _admin(pg_dsn)
@@ -126,7 +126,7 @@ def test_a_schema_2_memory_is_migrated_to_5_in_place(pg_dsn):
         assert conn.execute("SELECT COUNT(*) FROM changes").fetchone()[0] == 7  # schema 2: one row per key
         assert "edges_src" in _indexes(conn, schema)
         with Memory(pg_dsn, embedder=None) as mem:
-            assert mem.stats()["schema_version"] == 5
+            assert mem.stats()["schema_version"] == 6
             assert [a.text for a in mem.search_causal("shard the queue")][:1] == ["latency halved"]
             assert mem.search_causal("cache the token")[0].superseded_by == "c2"
             mem.record_many([(f"decision {i}", f"outcome {i}") for i in range(50)])
@@ -144,6 +144,11 @@ def test_a_schema_2_memory_is_migrated_to_5_in_place(pg_dsn):
         # schema 5: 'e' (external, not compressed) storage for the log's key arrays
         assert conn.execute("SELECT attstorage FROM pg_attribute WHERE attrelid = 'changes'::regclass "
                             "AND attname = 'keys'").fetchone()[0] == "e"
+        # schema 6: no scope index; chunks and co-occurrence pages keep room for in-place updates
+        assert "chunks_scope" not in idx
+        for table in ("chunks", "cooccurrence"):
+            assert conn.execute("SELECT reloptions FROM pg_class WHERE relname = %s AND relnamespace = "
+                                "%s::regnamespace", (table, schema)).fetchone()[0] == ["fillfactor=90"]
         # the batch of 100 chunks and 50 edges: one log row per statement and kind
         assert conn.execute("SELECT kind, cardinality(keys) FROM changes ORDER BY kind").fetchall() == \
             [("ci", 100), ("ei", 50)]
@@ -571,6 +576,42 @@ def test_edge_ends_are_checked_as_a_foreign_key_would(pg_dsn):
         t.join(10)
         assert box == ["ForeignKeyViolation"]
         assert conn.execute("SELECT COUNT(*) FROM edges WHERE eid > %s", (top,)).fetchone()[0] == 0
+
+
+def test_the_edge_end_check_skips_only_the_chunks_a_transaction_just_copied_in(pg_dsn):
+    """Schema 6: the ends that the (sub)transaction's own bulk COPY of chunks inserted are not looked
+    up again (the store names their key range in a transaction-local setting). A savepoint rolled
+    back after such a COPY takes the setting with it, and a delete of a chunk clears it: an edge
+    naming a key that is not a chunk is refused in both cases."""
+    from causalmem.types import Relation as Rel
+
+    def edge(src, dst):
+        return {"src": src, "dst": dst, "relation": Rel.CAUSED, "confidence": 0.5, "source": "rule",
+                "discovered_at": 1.0}
+
+    rows = [{"text": f"copied chunk {i}", "kind": "decision", "created_at": 1.0, "q_value": 0.5} for i in range(3)]
+    with Memory(pg_dsn, embedder=None) as mem:
+        mem.record_many([("shard the queue", "latency halved")])
+        store = mem._store
+        own = "SELECT current_setting('causalmem.own_nids', true)"
+        with store.transaction():
+            with pytest.raises(KeyError):
+                with store.transaction():  # a savepoint
+                    gone = store.insert_chunks_bulk(rows)
+                    assert store.conn.execute(own).fetchone()[0] == f"{gone[0].nid}:{gone[-1].nid}"
+                    raise KeyError("rolled back")
+            assert store.conn.execute(own).fetchone()[0] in (None, "")
+            with pytest.raises(StoreError, match="names a chunk that does not exist"):
+                with store.transaction():
+                    store.insert_edges_bulk([edge(gone[0].nid, gone[1].nid)])
+            keys = store.insert_chunks_bulk(rows)
+            store.insert_edges_bulk([edge(keys[0].nid, keys[1].nid)])  # skipped: inserted just now
+            store.conn.execute("DELETE FROM chunks WHERE nid = %s", (keys[2].nid,))
+            assert store.conn.execute(own).fetchone()[0] == ""
+            with pytest.raises(StoreError, match="names a chunk that does not exist"):
+                with store.transaction():
+                    store.insert_edges_bulk([edge(keys[0].nid, keys[2].nid)])
+        assert store.counts()["edges"] == 2 and store.counts()["chunks"] == 4
 
 
 # ---------------------------------------------------------------- replies read later (read_once, bulk COPY)

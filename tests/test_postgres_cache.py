@@ -353,3 +353,48 @@ def test_the_mirrored_co_occurrence_pairs_follow_both_hosts(pg_dsn):
     finally:
         a.close()
         b.close()
+
+
+def test_the_reinforcement_write_patches_the_cached_rows_instead_of_reading_them_back(pg_dsn):
+    """The queue write's access-count update returns the rows' new counts; when it was the only
+    statement of the transaction that changed chunks, no chunk row is read back before the commit
+    and the cached rows are patched with what it returned. When another statement changed chunks
+    too (here a feedback in the write that carries the queue), they are read back as before.
+    Either way every cached row equals the database's row."""
+    from causalmem.store.postgres import CHUNK_COLS, _full
+
+    cfg = Config(reinforce_seconds=3600, reinforce_batch=16)
+    with Memory(pg_dsn, embedder=None, config=cfg) as mem:
+        edges = mem.record_many([(f"pin the {w} version {i}", f"the {w} build {i} went green")
+                                 for i in range(40) for w in ("compiler", "linker")])
+        mem.search("pin the compiler version 1")  # views and the row mirror built
+        mem.flush()
+        store = mem._store
+        read_back: list[int] = []
+        end_write = store._end_write
+
+        def spy():
+            seq = end_write()
+            read_back.append(len(store._tx_refresh[0]))
+            return seq
+
+        store._end_write = spy
+
+        def same_as_the_database():
+            cached = store._cache.rows
+            rows = store.query(f"SELECT {CHUNK_COLS}, text_hash FROM chunks ORDER BY nid")
+            shown = [tuple(r) for r in rows if r[0] in cached]
+            assert len(shown) == len(rows) == 160
+            assert [_full(cached[r[0]]) for r in shown] == shown
+            return {r[0]: r[13] for r in rows}
+
+        for i in range(16):  # the 16th search writes the queue
+            mem.search(f"pin the {('compiler', 'linker')[i % 2]} version {i}")
+        assert read_back == [0] and mem._views._queued == []
+        counts = same_as_the_database()
+        assert sum(counts.values()) >= 16
+        for i in range(15):
+            mem.search(f"the linker build {i} went green")
+        mem.feedback(edges[0].src, 1.0)  # writes the queue first, then the feedback, in one transaction
+        assert read_back[-1] > 0 and mem._views._queued == []
+        assert sum(same_as_the_database().values()) > sum(counts.values())

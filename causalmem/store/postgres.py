@@ -72,10 +72,10 @@ R = TypeVar("R")
 
 __all__ = ["PostgresStore", "RetryableStoreError", "SCHEMA_VERSION", "MIGRATIONS", "is_dsn", "DEFAULT_SCHEMA"]
 
-#: schemas 1-3 are the SQLite backend's; PostgreSQL's 4 and 5 change only its physical layout (see
-#: ``_V4``, ``_V5``; SQLite's own 4 is an index change of its own): the rows and their meaning are
+#: schemas 1-3 are the SQLite backend's; PostgreSQL's 4-6 change only its physical layout (see
+#: ``_V4``, ``_V5``, ``_V6``; SQLite's own 4 is an index change of its own): the rows and their meaning are
 #: those of SQLite's schema 3, the same on both backends
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 DEFAULT_SCHEMA = "causalmem"
 #: first key of the two-key advisory locks ("CMem")
 LOCK_NAMESPACE = 0x434D656D
@@ -188,6 +188,81 @@ _V4 = """
 # (pglz, the default for arrays over 2 kB) was ~9% of a 2,000-pair ``record_many``'s server time.
 _V5 = """
         ALTER TABLE changes ALTER COLUMN keys SET STORAGE EXTERNAL;
+"""
+# Schema 6 (PostgreSQL only, the rows unchanged):
+# * no ``chunks_scope`` index. No statement causalmem sends on PostgreSQL used it: the reuse lookup
+#   finds its rows by text hash and checks the scope with ``IS NOT DISTINCT FROM`` (which a btree does
+#   not answer), and a whole-scope statement (``delete``/``stats`` of one user) reads most of the
+#   table anyway. It cost an index entry per chunk written (~8% of a bulk write's server time) and
+#   per updated row version.
+# * ``chunks`` and ``cooccurrence`` keep 10% of each page free (``fillfactor`` 90; pages written
+#   before keep theirs): the access counts a search's reinforcement writes and the co-occurrence
+#   upserts change no indexed column, so with room on the page they update in place (HOT, no new
+#   index entries) instead of moving every updated row to a new page.
+# * the edge-end check skips the ends that this (sub)transaction's own bulk ``COPY`` of chunks just
+#   inserted: the store names that key range in the transaction-local setting ``causalmem.own_nids``
+#   (``lo:hi``) in the same (sub)transaction, right before the ``COPY``, so an error of the ``COPY``
+#   rolls the setting back with the rows. A delete or renumbering of any chunk clears it. The other ends are checked
+#   (and locked) as before.
+_OWN_NIDS = "causalmem.own_nids"
+_V6 = f"""
+        DROP INDEX IF EXISTS chunks_scope;
+        ALTER TABLE chunks SET (fillfactor = 90);
+        ALTER TABLE cooccurrence SET (fillfactor = 90);
+        CREATE OR REPLACE FUNCTION check_edge_ends() RETURNS trigger LANGUAGE plpgsql
+        SET search_path FROM CURRENT{_PROBES} AS $f$
+        DECLARE
+            wanted BIGINT;
+            found BIGINT;
+            locked BIGINT;
+            own TEXT := current_setting('{_OWN_NIDS}', true);
+            lo BIGINT := 0;
+            hi BIGINT := -1;
+        BEGIN
+            IF own IS NOT NULL AND own <> '' THEN
+                lo := split_part(own, ':', 1)::bigint;
+                hi := split_part(own, ':', 2)::bigint;
+            END IF;
+            SELECT COUNT(*), COUNT(*) FILTER (WHERE e.nid BETWEEN lo AND hi) INTO wanted, found FROM {_ENDS} e;
+            IF found < wanted THEN
+                SELECT found + COUNT(c.nid) FILTER (WHERE c.xmin = pg_current_xact_id()::xid) INTO found
+                FROM {_ENDS} e LEFT JOIN chunks c ON c.nid = e.nid WHERE e.nid NOT BETWEEN lo AND hi;
+            END IF;
+            IF found < wanted THEN
+                SELECT COUNT(*) INTO locked FROM (SELECT 1 FROM chunks c JOIN {_ENDS} e ON c.nid = e.nid
+                    WHERE e.nid NOT BETWEEN lo AND hi AND c.xmin <> pg_current_xact_id()::xid FOR KEY SHARE OF c) f;
+                found := found + locked;
+            END IF;
+            IF found <> wanted THEN
+                RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation', MESSAGE = '{_NO_END}';
+            END IF;
+            RETURN NULL;
+        END $f$;
+        CREATE OR REPLACE FUNCTION check_chunk_unreferenced() RETURNS trigger LANGUAGE plpgsql
+        SET search_path FROM CURRENT{_PROBES} AS $f$
+        BEGIN
+            PERFORM set_config('{_OWN_NIDS}', '', true);
+            IF EXISTS (SELECT 1 FROM old_chunks o JOIN edges e ON e.src = o.nid
+                       WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.nid = o.nid))
+               OR EXISTS (SELECT 1 FROM old_chunks o JOIN edges e ON e.dst = o.nid
+                          WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.nid = o.nid)) THEN
+                RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
+                    MESSAGE = 'a chunk that an edge still names cannot be deleted (edges.src/dst -> chunks.nid)';
+            END IF;
+            RETURN NULL;
+        END $f$;
+        CREATE OR REPLACE FUNCTION check_chunk_renumbered() RETURNS trigger LANGUAGE plpgsql
+        SET search_path FROM CURRENT AS $f$
+        BEGIN
+            IF NEW.nid <> OLD.nid THEN
+                PERFORM set_config('{_OWN_NIDS}', '', true);
+                IF EXISTS (SELECT 1 FROM edges e WHERE e.src = OLD.nid OR e.dst = OLD.nid) THEN
+                    RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
+                        MESSAGE = 'a chunk that an edge still names cannot be renumbered (edges.src/dst -> chunks.nid)';
+                END IF;
+            END IF;
+            RETURN NEW;
+        END $f$;
 """
 #: change-log rows older than this many transactions are pruned (a host further behind re-reads all)
 LOG_KEEP = 4096
@@ -322,6 +397,10 @@ MIGRATIONS: list[tuple[str, str]] = [
     (
         "change-log key arrays stored uncompressed",
         _V5,
+    ),
+    (
+        "no scope index, room for in-place updates, the edge-end check skips a transaction's own new chunks",
+        _V6,
     ),
 ]
 OWN_TABLES = frozenset({"chunks", "edges", "cooccurrence", "facts", "embeddings", "chunk_history", "meta",
@@ -545,6 +624,13 @@ class _RowCache:
                 self.co_missing.update(int(a) for a in changes.get(kind, ()))
 
 
+def _touched(row: tuple, access_count: int, importance: float, last_accessed_at: float) -> tuple:
+    """A cached row (either order) in ``CHUNK_COLS`` + ``text_hash`` order, with the three columns a
+    reinforcement write sets as the update returned them."""
+    r = _full(row)
+    return (*r[:5], importance, *r[6:13], access_count, last_accessed_at, *r[15:])
+
+
 def _full(row: tuple) -> tuple:
     """A cached row in ``CHUNK_COLS`` + ``text_hash`` order (from ``INSERT_COLS`` order if needed)."""
     if len(row) == 17:
@@ -592,6 +678,12 @@ class PostgresStore(SharedStore):
         self._staged: list[tuple] = []  # chunks inserted by the open transaction (as the row cache keeps them)
         # what the committing transaction updated, read back: chunk rows, co-occurrence keys and rows
         self._tx_refresh: tuple[list[tuple], list[int] | None, list[tuple]] = ([], [], [])
+        # the access counts the open transaction's reinforcement set (``touch_chunks_batch``), as the
+        # update returned them: nid -> (access_count, importance, last_accessed_at), and how many
+        # statements (each one change-log row) wrote them; ``_end_write`` reads back no row they explain
+        self._tx_touched: dict[int, tuple[int, float, float]] = {}
+        self._tx_touches = 0
+        self._tx_patch: dict[int, tuple[int, float, float]] | None = None
         # the open write transaction's next free keys (read once under the writer lock, then counted
         # here), the chunks it inserted and the ends of the edges it inserted (None: not known): a
         # chunk inserted by this transaction has no edge but those, so no lookup for it is needed
@@ -769,6 +861,7 @@ class PostgresStore(SharedStore):
             self.committed_seq = None
             self._staged, self._tx_changes, self._tx_refresh = [], None, ([], [], [])
             self._tx_keys, self._tx_new, self._tx_ends = {}, set(), set()
+            self._tx_touched, self._tx_touches, self._tx_patch = {}, 0, None
             try:
                 with self.conn.transaction():
                     self._begin_write(wait)
@@ -821,6 +914,11 @@ class PostgresStore(SharedStore):
         few = ("(SELECT COALESCE(SUM(cardinality(keys)), 0) FROM changes WHERE seq = "
                f"current_setting('causalmem.seq')::bigint AND kind IN ({{}})) <= {REFRESH_MAX}")
         updated, co = "'cu'", "'oi', 'ou', 'od'"
+        # the chunk updates of this transaction were the reinforcement's alone (one change-log row per
+        # statement): their rows are known from what the update returned, none is read back
+        touches = int(self._tx_touches)
+        only_touched = ("(SELECT COUNT(*) FROM changes WHERE seq = current_setting('causalmem.seq')::bigint "
+                        f"AND kind = 'cu') = {touches}" if touches else "FALSE")
         cur = self.conn.execute(pg_sql.SQL(
             "WITH s AS (UPDATE causalmem_state SET seq = seq + 1 WHERE pg_current_xact_id_if_assigned() IS NOT NULL "
             "RETURNING seq) SELECT s.seq, pg_notify({}, s.seq::text), "
@@ -829,10 +927,10 @@ class PostgresStore(SharedStore):
             "ARRAY(SELECT unnest(keys) FROM changes WHERE seq = s.seq AND kind = 'cu'), "
             "ARRAY(SELECT unnest(keys) FROM changes WHERE seq = s.seq AND kind = 'cd'), "
             "ARRAY(SELECT DISTINCT unnest(keys) FROM changes WHERE seq = s.seq AND kind IN ('oi', 'ou', 'od')), "
-            f"{few.format(co)} FROM s; "
+            f"{few.format(co)}, {only_touched} FROM s; "
             # the new state of the rows it updated (a few), for the row cache
             f"SELECT {CHUNK_COLS}, text_hash FROM chunks WHERE nid IN ({keys.format(updated)}) "
-            f"AND {few.format(updated)}; "
+            f"AND {few.format(updated)} AND NOT {only_touched}; "
             f"SELECT a, b, weight FROM cooccurrence WHERE a IN ({keys.format(co)}) AND {few.format(co)}"
         ).format(pg_sql.Literal(self.channel)))
         row = cur.fetchone()
@@ -846,6 +944,7 @@ class PostgresStore(SharedStore):
         self._tx_changes = {k: [] for k in row[2]}
         self._tx_changes.update((k, v) for k, v in zip(("ci", "cu", "cd"), row[3:6]) if v)
         self._tx_refresh = (refreshed, row[6] if row[7] else None, co_rows)
+        self._tx_patch = self._tx_touched if row[8] else None
         if seq % 256 == 0:  # keep the change log short
             floor = seq - LOG_KEEP
             self.conn.execute("DELETE FROM changes WHERE seq <= %s", (floor,))
@@ -856,6 +955,9 @@ class PostgresStore(SharedStore):
         self.committed_seq = seq
         cache, changes = self._cache, self._tx_changes or {}
         rows, co_keys, co_rows = self._tx_refresh
+        if self._tx_patch:  # the rows only the reinforcement updated: the cached ones, patched
+            cached = cache.rows
+            rows = [_touched(cached[n], *v) for n, v in self._tx_patch.items() if n in cached]
         # the superseded set depends on edges and on chunks' liveness: a write that changed neither
         # (the access counts of a reinforcement write, read back here) leaves it as it is
         superseded = cache.superseded
@@ -879,6 +981,7 @@ class PostgresStore(SharedStore):
         else:
             cache.co_replace(co_keys, co_rows)
         self._staged, self._tx_changes, self._tx_refresh = [], None, ([], [], [])
+        self._tx_touched, self._tx_touches, self._tx_patch = {}, 0, None
         if cache.upto == seq - 1:
             cache.upto = seq
         # writers are serialized and each advances the sequence by one: a gap means another
@@ -1375,6 +1478,9 @@ class PostgresStore(SharedStore):
                    r.get("agent_id"), r.get("run_id"), r.get("session_id"),
                    json.dumps(r["metadata"], ensure_ascii=False) if r.get("metadata") else "{}")
                   for i, r in enumerate(rows)]
+        # the edge-end check may skip these keys (schema 6): named in this (sub)transaction, so an
+        # error of the COPY rolls the setting back with it
+        self._x(f"SELECT set_config('{_OWN_NIDS}', %s, true)", (f"{base + 1}:{base + len(rows)}",))
         self._copy_ahead("chunks", INSERT_COLS, values, INSERT_TYPES)
         self._staged.extend(values)  # the row cache takes them at commit
         return [ChunkKey(base + 1 + i, ids[i]) for i in range(len(rows))]
@@ -1416,10 +1522,16 @@ class PostgresStore(SharedStore):
         # a few hundred keys the planner's estimate preferred a hash join over a scan of every chunk
         # (8 of a 10 ms update on 20,000 chunks, and growing with the store)
         self._x("SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off")
-        self._x("UPDATE chunks c SET access_count = c.access_count + t.n, "
-                "importance = LEAST(10.0, c.importance + 0.1 * t.n), last_accessed_at = t.at "
-                "FROM unnest(%s::bigint[], %s::bigint[], %s::float8[]) AS t(nid, n, at) WHERE c.nid = t.nid",
-                (keys, [count[n] for n in keys], [float(last[n]) for n in keys]))
+        got = self._x("UPDATE chunks c SET access_count = c.access_count + t.n, "
+                      "importance = LEAST(10.0, c.importance + 0.1 * t.n), last_accessed_at = t.at "
+                      "FROM unnest(%s::bigint[], %s::bigint[], %s::float8[]) AS t(nid, n, at) WHERE c.nid = t.nid "
+                      "RETURNING c.nid, c.access_count, c.importance, c.last_accessed_at",
+                      (keys, [count[n] for n in keys], [float(last[n]) for n in keys])).fetchall()
+        # one change-log row (``_end_write`` counts them) and the rows as they are now; not in a
+        # savepoint, which could roll the log row back while the rows stay remembered here
+        if got and self._depth == 1:
+            self._tx_touches += 1
+            self._tx_touched.update((r[0], (r[1], r[2], r[3])) for r in got)
 
     def update_q_values(self, rows: Iterable[tuple[float, int]]) -> None:
         rows = list(rows)
