@@ -827,14 +827,18 @@ class Views:
 
     # ------------------------------------------------------------------ the write protocol
     @contextlib.contextmanager
-    def write(self, *, wait: bool = True) -> Iterator[Effects]:
+    def write(self, *, wait: bool = True, sync: bool = True) -> Iterator[Effects]:
         """One public write = one transaction; in-memory effects apply only after commit.
 
-        The reinforcement queued by searches is written first, in the same transaction."""
+        The reinforcement queued by searches is written first, in the same transaction. ``sync=False``
+        (a change-log backend, the queue written at the end of a search that has just caught up):
+        no second change check; another host's commit since then is noticed by this write (the
+        sequence it advances) and caught up with by the next call."""
         with self.lock:
             outer = self._effects is None
             if outer:
-                self.sync_external()
+                if sync or getattr(self.store, "foreign_changes", None) is None:
+                    self.sync_external()
                 self._before_write()
                 self._effects = []
                 self._jdelta = {}
@@ -1197,16 +1201,16 @@ class Views:
                         self.store.path, dropped)
         if len(self._queued) >= self.config.reinforce_batch or \
                 time.monotonic() - self._queued_since >= self.config.reinforce_seconds:
-            self.flush_reinforcement(wait=False)
+            self.flush_reinforcement(wait=False, sync=False)
 
-    def flush_reinforcement(self, *, wait: bool = True) -> int:
+    def flush_reinforcement(self, *, wait: bool = True, sync: bool = True) -> int:
         """Write the queued reinforcement now; returns how many searches were written. With
         ``wait=False`` a busy write lock leaves the queue for later instead of waiting."""
         if not self._queued or self.reinforce_off is not None:
             return 0
         n = len(self._queued)
         try:
-            with self.write(wait=wait):
+            with self.write(wait=wait, sync=sync):
                 pass
         except StoreError as exc:
             msg = str(exc)

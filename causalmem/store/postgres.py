@@ -679,11 +679,15 @@ class PostgresStore(SharedStore):
         # what the committing transaction updated, read back: chunk rows, co-occurrence keys and rows
         self._tx_refresh: tuple[list[tuple], list[int] | None, list[tuple]] = ([], [], [])
         # the access counts the open transaction's reinforcement set (``touch_chunks_batch``), as the
-        # update returned them: nid -> (access_count, importance, last_accessed_at), and how many
-        # statements (each one change-log row) wrote them; ``_end_write`` reads back no row they explain
+        # update returned them: nid -> (access_count, importance, last_accessed_at); ``_end_write``
+        # reads back no row they explain (``_tx_patch``: they are all it changed)
         self._tx_touched: dict[int, tuple[int, float, float]] = {}
-        self._tx_touches = 0
         self._tx_patch: dict[int, tuple[int, float, float]] | None = None
+        # statements of the outermost transaction kept to go out with its last one (``_defer``): kind
+        # ("touch": its rows are the update's new access counts) and the statement; ``_tx_used``: the
+        # connection carried a statement of this transaction since its first (``_begin_write``)
+        self._deferred: list[tuple[str, Any]] = []
+        self._tx_used = False
         # the open write transaction's next free keys (read once under the writer lock, then counted
         # here), the chunks it inserted and the ends of the edges it inserted (None: not known): a
         # chunk inserted by this transaction has no edge but those, so no lookup for it is needed
@@ -861,13 +865,15 @@ class PostgresStore(SharedStore):
             self.committed_seq = None
             self._staged, self._tx_changes, self._tx_refresh = [], None, ([], [], [])
             self._tx_keys, self._tx_new, self._tx_ends = {}, set(), set()
-            self._tx_touched, self._tx_touches, self._tx_patch = {}, 0, None
+            self._tx_touched, self._tx_patch = {}, None
+            self._deferred, self._tx_used = [], False
             try:
                 with self.conn.transaction():
                     self._begin_write(wait)
+                    conn = self.conn  # (at depth 0: not a use of the connection by a statement)
                     self._depth = 1
                     try:
-                        yield self.conn
+                        yield conn
                     except BaseException:
                         self._settle_quietly()
                         raise
@@ -876,6 +882,8 @@ class PostgresStore(SharedStore):
                     seq = self._end_write()  # reads a pending COPY's reply first (``conn``)
             except psycopg.Error as exc:
                 raise self._store_error(exc) from exc
+            finally:
+                self._deferred = []  # not sent when the transaction failed: nothing of them happened
             if seq is not None:
                 self._committed(seq)
 
@@ -914,12 +922,13 @@ class PostgresStore(SharedStore):
         few = ("(SELECT COALESCE(SUM(cardinality(keys)), 0) FROM changes WHERE seq = "
                f"current_setting('causalmem.seq')::bigint AND kind IN ({{}})) <= {REFRESH_MAX}")
         updated, co = "'cu'", "'oi', 'ou', 'od'"
-        # the chunk updates of this transaction were the reinforcement's alone (one change-log row per
-        # statement): their rows are known from what the update returned, none is read back
-        touches = int(self._tx_touches)
-        only_touched = ("(SELECT COUNT(*) FROM changes WHERE seq = current_setting('causalmem.seq')::bigint "
-                        f"AND kind = 'cu') = {touches}" if touches else "FALSE")
-        cur = self.conn.execute(pg_sql.SQL(
+        # the chunk updates of this transaction were the reinforcement's alone (its one deferred access
+        # count update, which changed rows, and no other statement's change-log row): their rows are
+        # known from what the update returned, none is read back
+        deferred, self._deferred = self._deferred, []
+        only_touched = ("(current_setting('causalmem.touched', true) = 'yes' AND (SELECT COUNT(*) FROM changes "
+                        "WHERE seq = current_setting('causalmem.seq')::bigint AND kind = 'cu') = 1)")
+        main = pg_sql.SQL(
             "WITH s AS (UPDATE causalmem_state SET seq = seq + 1 WHERE pg_current_xact_id_if_assigned() IS NOT NULL "
             "RETURNING seq) SELECT s.seq, pg_notify({}, s.seq::text), "
             "ARRAY(SELECT DISTINCT kind FROM changes WHERE seq = s.seq), "
@@ -932,7 +941,11 @@ class PostgresStore(SharedStore):
             f"SELECT {CHUNK_COLS}, text_hash FROM chunks WHERE nid IN ({keys.format(updated)}) "
             f"AND {few.format(updated)} AND NOT {only_touched}; "
             f"SELECT a, b, weight FROM cooccurrence WHERE a IN ({keys.format(co)}) AND {few.format(co)}"
-        ).format(pg_sql.Literal(self.channel)))
+        ).format(pg_sql.Literal(self.channel))
+        cur = self.conn.execute(pg_sql.SQL("; ").join([*(st for _, st in deferred), main]))
+        if deferred:
+            self._deferred_results(deferred, cur)
+            cur.nextset()
         row = cur.fetchone()
         cur.nextset()
         refreshed = cur.fetchall()
@@ -981,7 +994,7 @@ class PostgresStore(SharedStore):
         else:
             cache.co_replace(co_keys, co_rows)
         self._staged, self._tx_changes, self._tx_refresh = [], None, ([], [], [])
-        self._tx_touched, self._tx_touches, self._tx_patch = {}, 0, None
+        self._tx_touched, self._tx_patch = {}, None
         if cache.upto == seq - 1:
             cache.upto = seq
         # writers are serialized and each advances the sequence by one: a gap means another
@@ -1023,7 +1036,41 @@ class PostgresStore(SharedStore):
             with self._lock:
                 if self._pending:
                     self._settle()
+        if self._depth:
+            self._tx_used = True
+            if self._deferred:
+                with self._lock:
+                    self._send_deferred()
         return self._conn
+
+    def _defer(self, kind: str, statement: Any) -> bool:
+        """Keep ``statement`` (no parameters: values as literals) to go out in one round trip with
+        the transaction's last one (``_end_write``), or before any other statement that uses the
+        connection first (``conn``). Only at the outermost level of a write transaction (a
+        savepoint could roll back what was sent with it) and one statement of a kind; False:
+        the caller sends it now."""
+        if self._depth != 1 or any(k == kind for k, _ in self._deferred):
+            return False
+        self._deferred.append((kind, statement))
+        return True
+
+    def _send_deferred(self) -> None:
+        """Send the deferred statements now, in one round trip (the connection is needed before the
+        transaction's last statement)."""
+        deferred, self._deferred = self._deferred, []
+        cur = self._conn.execute(pg_sql.SQL("; ").join([st for _, st in deferred]))
+        self._deferred_results(deferred, cur)
+        while cur.nextset():
+            pass
+
+    def _deferred_results(self, deferred: Sequence[tuple[str, Any]], cur: Any) -> None:
+        """Read the results of ``deferred`` from ``cur`` (positioned on the first), leaving it on the
+        last one: the deferred access-count update's rows are remembered for the row cache."""
+        for i, (kind, _) in enumerate(deferred):
+            if i:
+                cur.nextset()
+            if kind == "touch":
+                self._tx_touched.update((r[0], (r[1], r[2], r[3])) for r in cur.fetchall())
 
     @conn.setter
     def conn(self, conn: Any) -> None:  # the tests' PostgreSQL pass wraps it (tests/pg_site)
@@ -1518,20 +1565,23 @@ class PostgresStore(SharedStore):
         if not count:
             return
         keys = list(count)
-        # probe the chunks by key, here and in the read-back before the commit (``_end_write``): with
-        # a few hundred keys the planner's estimate preferred a hash join over a scan of every chunk
+        # probe the chunks by key (``nid = ANY``: an index scan): with a join on the key alone and a
+        # few hundred keys, the planner's estimate preferred a hash join over a scan of every chunk
         # (8 of a 10 ms update on 20,000 chunks, and growing with the store)
-        self._x("SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off")
-        got = self._x("UPDATE chunks c SET access_count = c.access_count + t.n, "
-                      "importance = LEAST(10.0, c.importance + 0.1 * t.n), last_accessed_at = t.at "
-                      "FROM unnest(%s::bigint[], %s::bigint[], %s::float8[]) AS t(nid, n, at) WHERE c.nid = t.nid "
-                      "RETURNING c.nid, c.access_count, c.importance, c.last_accessed_at",
-                      (keys, [count[n] for n in keys], [float(last[n]) for n in keys])).fetchall()
-        # one change-log row (``_end_write`` counts them) and the rows as they are now; not in a
-        # savepoint, which could roll the log row back while the rows stay remembered here
-        if got and self._depth == 1:
-            self._tx_touches += 1
-            self._tx_touched.update((r[0], (r[1], r[2], r[3])) for r in got)
+        update = ("UPDATE chunks c SET access_count = c.access_count + t.n, "
+                  "importance = LEAST(10.0, c.importance + 0.1 * t.n), last_accessed_at = t.at "
+                  "FROM unnest({}::bigint[], {}::bigint[], {}::float8[]) AS t(nid, n, at) "
+                  "WHERE c.nid = ANY({}::bigint[]) AND c.nid = t.nid")
+        values = (keys, [count[n] for n in keys], [float(last[n]) for n in keys], keys)
+        # the queue's write at the start of a write transaction: sent with its last statement, its
+        # rows' new counts returned (they patch the cached rows: ``_end_write`` reads none back);
+        # ``causalmem.touched`` says it changed rows
+        deferred = pg_sql.SQL(
+            "WITH u AS (" + update + " RETURNING c.nid, c.access_count, c.importance, c.last_accessed_at) "
+            "SELECT u.*, set_config('causalmem.touched', 'yes', true) FROM u").format(
+            *(pg_sql.Literal(v) for v in values))
+        if not self._defer("touch", deferred):
+            self._x(update.replace("{}", "%s"), values)
 
     def update_q_values(self, rows: Iterable[tuple[float, int]]) -> None:
         rows = list(rows)
@@ -1780,12 +1830,23 @@ class PostgresStore(SharedStore):
             cache.co_replace(keys, self.query("SELECT a, b, weight FROM cooccurrence WHERE a = ANY(%s)", (keys,)))
         return cache.co
 
+    def _co_at_lock(self) -> dict[int, dict[int, float]] | None:
+        """Inside a write transaction that has sent nothing yet but its start (and deferred
+        statements, none of which writes pairs before it is sent): the mirrored pairs when they are
+        exact as of the sequence value read under the writer lock, which is then the table's state
+        (the queue write reads the weights it credits here: no round trip)."""
+        cache = self._cache
+        if (self._depth != 1 or self._tx_used or any(k != "touch" for k, _ in self._deferred)
+                or cache.upto != self._tx_seq - 1 or cache.co is None or cache.co_missing or cache.co_too_big):
+            return None
+        return cache.co
+
     def cooccurrence_weights(self, nids: Sequence[int]) -> dict[tuple[int, int], float]:
         ids = [int(n) for n in nids]
         if len(ids) < 2:
             return {}
         with self._lock:
-            co = self._co_mirror()
+            co = self._co_mirror() if self._depth == 0 else self._co_at_lock()
             if co is not None:  # the learned-link overlay of every search: no round trip
                 want = set(ids)
                 return {(a, b): w for a in sorted(want) if a in co for b, w in co[a].items() if b in want}
@@ -1794,13 +1855,15 @@ class PostgresStore(SharedStore):
 
     def credit_cooccurrence(self, rows: Sequence[tuple[int, int, float, int, float]]) -> None:
         rows = list(rows)
-        if rows:  # one statement for the whole queue
-            self._x("INSERT INTO cooccurrence (a, b, weight, hits, updated_at) "
-                    "SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::float8[], %s::bigint[], %s::float8[]) "
-                    "ON CONFLICT (a, b) DO UPDATE SET weight = EXCLUDED.weight, hits = cooccurrence.hits + "
-                    "EXCLUDED.hits, updated_at = EXCLUDED.updated_at",
-                    ([int(r[0]) for r in rows], [int(r[1]) for r in rows], [float(r[2]) for r in rows],
-                     [int(r[3]) for r in rows], [float(r[4]) for r in rows]))
+        if rows:  # one statement for the whole queue (sent with the transaction's last one: ``_defer``)
+            upsert = ("INSERT INTO cooccurrence (a, b, weight, hits, updated_at) "
+                      "SELECT * FROM unnest({}::bigint[], {}::bigint[], {}::float8[], {}::bigint[], {}::float8[]) "
+                      "ON CONFLICT (a, b) DO UPDATE SET weight = EXCLUDED.weight, hits = cooccurrence.hits + "
+                      "EXCLUDED.hits, updated_at = EXCLUDED.updated_at")
+            values = ([int(r[0]) for r in rows], [int(r[1]) for r in rows], [float(r[2]) for r in rows],
+                      [int(r[3]) for r in rows], [float(r[4]) for r in rows])
+            if not self._defer("credit", pg_sql.SQL(upsert).format(*(pg_sql.Literal(v) for v in values))):
+                self._x(upsert.replace("{}", "%s"), values)
 
     def upsert_cooccurrence(self, rows: Sequence[tuple[int, int, float, float]]) -> None:
         self._many(
