@@ -1043,6 +1043,10 @@ class PostgresStore(SharedStore):
                     self._send_deferred()
         return self._conn
 
+    @conn.setter
+    def conn(self, conn: Any) -> None:  # the tests' PostgreSQL pass wraps it (tests/pg_site)
+        self._conn = conn
+
     def _defer(self, kind: str, statement: Any) -> bool:
         """Keep ``statement`` (no parameters: values as literals) to go out in one round trip with
         the transaction's last one (``_end_write``), or before any other statement that uses the
@@ -1071,10 +1075,6 @@ class PostgresStore(SharedStore):
                 cur.nextset()
             if kind == "touch":
                 self._tx_touched.update((r[0], (r[1], r[2], r[3])) for r in cur.fetchall())
-
-    @conn.setter
-    def conn(self, conn: Any) -> None:  # the tests' PostgreSQL pass wraps it (tests/pg_site)
-        self._conn = conn
 
     def read_once(self, fn: Callable[[], R]) -> R:
         """Run the read-only query ``fn`` with this call's change check in flight instead of before
