@@ -600,6 +600,28 @@ class _RowCache:
         if len(bucket) > 1:
             bucket.sort()
 
+    def put_all(self, rows: Sequence[tuple]) -> None:
+        """``put`` of each row (a write's inserted chunks), in one pass."""
+        if len(self.rows) + len(rows) >= ROW_CACHE_MAX:
+            for row in rows:
+                self.put(row)
+            return
+        cached, by_hash = self.rows, self.by_hash
+        for row in rows:
+            nid = row[0]
+            if nid in cached:
+                self.drop(nid)
+            cached[nid] = row
+            h = row[16] if len(row) == 17 else row[3]
+            bucket = by_hash.get(h)
+            if bucket is None:
+                by_hash[h] = [nid]
+            else:
+                bucket.append(nid)
+                bucket.sort()
+        if self.missing:
+            self.missing.difference_update(row[0] for row in rows)
+
     def drop(self, nid: int) -> None:
         row = self.rows.pop(nid, None)
         if row is not None:
@@ -984,9 +1006,8 @@ class PostgresStore(SharedStore):
         cache.invalidate(changes)
         cache.superseded = superseded
         inserted = set(changes.get("ci", ())) - set(changes.get("cu", ()))
-        for row in self._staged:  # inserted and untouched since: the row as written (the last one per nid)
-            if row[0] in inserted:
-                cache.put(row)
+        # inserted and untouched since: the row as written (the last one per nid)
+        cache.put_all([row for row in self._staged if row[0] in inserted])
         for r in rows:  # updated by this transaction, read back before the commit
             cache.put(r)
         if co_keys is None:  # too many pairs changed to read back: the mirror is re-read when needed
