@@ -498,6 +498,12 @@ EDGE_INSERT_TYPES = ("int8", "text", "int8", "int8", "text", "int4", "text", "fl
                      "float8", "float8")
 
 
+def _array_literal(values: Sequence[int] | Sequence[float]) -> Any:
+    """A list of ints or floats as an array literal (untyped; the statement casts it): numbers
+    only, each as Python writes it (``repr`` of a float reads back as the same double)."""
+    return pg_sql.SQL("'{" + ",".join(map(repr, values)) + "}'")
+
+
 def _int_array(values: Iterable[int]) -> str:
     """An integer array as its text literal: bound once as text, parsed by the server (psycopg
     adapts a Python list element by element)."""
@@ -955,7 +961,8 @@ class PostgresStore(SharedStore):
             "RETURNING seq) SELECT s.seq, pg_notify({}, s.seq::text), "
             "ARRAY(SELECT DISTINCT kind FROM changes WHERE seq = s.seq), "
             "ARRAY(SELECT unnest(keys) FROM changes WHERE seq = s.seq AND kind = 'ci'), "
-            "ARRAY(SELECT unnest(keys) FROM changes WHERE seq = s.seq AND kind = 'cu'), "
+            f"CASE WHEN {only_touched} THEN '{{{{}}}}'::bigint[] "
+            "ELSE ARRAY(SELECT unnest(keys) FROM changes WHERE seq = s.seq AND kind = 'cu') END, "
             "ARRAY(SELECT unnest(keys) FROM changes WHERE seq = s.seq AND kind = 'cd'), "
             "ARRAY(SELECT DISTINCT unnest(keys) FROM changes WHERE seq = s.seq AND kind IN ('oi', 'ou', 'od')), "
             f"{few.format(co)}, {only_touched} FROM s; "
@@ -990,9 +997,13 @@ class PostgresStore(SharedStore):
         self.committed_seq = seq
         cache, changes = self._cache, self._tx_changes or {}
         rows, co_keys, co_rows = self._tx_refresh
-        if self._tx_patch:  # the rows only the reinforcement updated: the cached ones, patched
-            cached = cache.rows
-            rows = [_touched(cached[n], *v) for n, v in self._tx_patch.items() if n in cached]
+        if self._tx_patch:  # the rows only the reinforcement updated, their access columns alone: the
+            cached = cache.rows  # cached ones patched in place (same text, same liveness)
+            for n, v in self._tx_patch.items():
+                row = cached.get(n)
+                if row is not None:
+                    cached[n] = _touched(row, *v)
+            changes = {k: v for k, v in changes.items() if k != "cu"}
         # the superseded set depends on edges and on chunks' liveness: a write that changed neither
         # (the access counts of a reinforcement write, read back here) leaves it as it is
         superseded = cache.superseded
@@ -1599,8 +1610,7 @@ class PostgresStore(SharedStore):
         # ``causalmem.touched`` says it changed rows
         deferred = pg_sql.SQL(
             "WITH u AS (" + update + " RETURNING c.nid, c.access_count, c.importance, c.last_accessed_at) "
-            "SELECT u.*, set_config('causalmem.touched', 'yes', true) FROM u").format(
-            *(pg_sql.Literal(v) for v in values))
+            "SELECT u.*, set_config('causalmem.touched', 'yes', true) FROM u").format(*map(_array_literal, values))
         if not self._defer("touch", deferred):
             self._x(update.replace("{}", "%s"), values)
 
@@ -1883,7 +1893,7 @@ class PostgresStore(SharedStore):
                       "EXCLUDED.hits, updated_at = EXCLUDED.updated_at")
             values = ([int(r[0]) for r in rows], [int(r[1]) for r in rows], [float(r[2]) for r in rows],
                       [int(r[3]) for r in rows], [float(r[4]) for r in rows])
-            if not self._defer("credit", pg_sql.SQL(upsert).format(*(pg_sql.Literal(v) for v in values))):
+            if not self._defer("credit", pg_sql.SQL(upsert).format(*map(_array_literal, values))):
                 self._x(upsert.replace("{}", "%s"), values)
 
     def upsert_cooccurrence(self, rows: Sequence[tuple[int, int, float, float]]) -> None:
