@@ -498,7 +498,7 @@ EDGE_INSERT_TYPES = ("int8", "text", "int8", "int8", "text", "int4", "text", "fl
                      "float8", "float8")
 
 
-def _array_literal(values: Sequence[int] | Sequence[float]) -> Any:
+def _array_literal(values: Any) -> Any:
     """A list of ints or floats as an array literal (untyped; the statement casts it): numbers
     only, each as Python writes it (``repr`` of a float reads back as the same double)."""
     return pg_sql.SQL("'{" + ",".join(map(repr, values)) + "}'")
