@@ -152,7 +152,7 @@ PG_SKIPS: dict[str, str] = {
     "test_change_seq.py::test_two_copies_of_one_file_part_ways": "copies the SQLite file (a restore from a "
     "backup) to compare the two histories' counters",
     "test_write_fastpaths.py::test_version_2_file_migrates_to_leaner_indexes": "builds a schema-2 SQLite file "
-    "with the sqlite3 module and checks its indexes (the PostgreSQL migrations to 3, 4 and 5: test_postgres.py::test_a_schema_2_memory_is_migrated_to_5_in_place)",
+    "with the sqlite3 module and checks its indexes (the PostgreSQL migrations to 3, 4, 5 and 6: test_postgres.py::test_a_schema_2_memory_is_migrated_to_6_in_place)",
     "test_retrieval_speed_superseded.py::test_schema_4": "SQLite's query plan of the superseded lookup",
     "test_retrieval_speed_superseded.py::test_version_3_file": "builds a schema-3 SQLite file with the sqlite3 module",
     "test_retrieval_speed_superseded.py::test_a_search_right_after_a_write": "SQLiteStore's superseded map against "

@@ -95,9 +95,9 @@ def _indexes(conn, schema: str) -> dict[str, str]:
     return dict(conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s", (schema,)).fetchall())
 
 
-def test_a_schema_2_memory_is_migrated_to_5_in_place(pg_dsn):
+def test_a_schema_2_memory_is_migrated_to_6_in_place(pg_dsn):
     """A memory written at schema 2 (built here with schema 2's own SQL, rows logged by its
-    triggers) is brought to 5 at the next open: (3) the session index partial, edges_src gone, the
+    triggers) is brought to 6 at the next open: (3) the session index partial, edges_src gone, the
     superseded-edge indexes there, the change log one row per statement; (4) the reuse index on the
     text hash alone, the edges' foreign keys replaced by statement-level checks; (5) the change log's
     key arrays stored uncompressed; (6) no scope index, room for in-place updates; the rows kept."""
