@@ -199,7 +199,7 @@ def bench_background(tmp: Path, rng, n: int, rounds: int = 3) -> dict:
             rest_c = st.cpu.get("worker batches", 0.0) - st.cpu.get("encode", 0.0)
             stages = {k: (st.wall.get(k, 0.0), st.cpu.get(k, 0.0)) for k in ("write (record_many)", "queue reads", "encode")}
             stages["store vectors + index + commit"] = (rest_w, rest_c)
-            stages["total (write -> flush)"] = (wall, cpu)
+            stages["total, write → flush (CPU: the whole process)"] = (wall, cpu)
             d["stages"].append(stages)
             mem.close()
     for d in out.values():
