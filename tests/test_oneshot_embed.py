@@ -27,6 +27,7 @@ import json, sys, time
 t0 = time.perf_counter()
 from causalmem import Memory
 t1 = time.perf_counter()
+import causalmem.views as _v; _v.WORKER_START_DELAY_S = _v.RESUME_DELAY_S = _v.CLOSE_DRAIN_S = 3600.0  # no wall-clock window
 mem = Memory({db!r})  # the default: the model installed, background embedding
 {search}
 for k in range(2):
@@ -121,7 +122,7 @@ def test_while_one_embedder_runs_a_closing_writer_starts_none_and_nothing_is_los
 
     db = tmp_path / "agent.db"
     directory = Path(str(db) + ".idx")
-    with Memory(db) as m:
+    with Memory(db, embedder=None) as m:  # no worker here: only the writers below may not embed
         m.record_decision("first decision", "first outcome")
     fd = try_lock(directory)
     assert fd is not None

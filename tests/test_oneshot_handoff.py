@@ -29,6 +29,7 @@ MODEL = "all-MiniLM-L6-v2"
 WRITER = """
 import json, sys
 from causalmem import Config, Memory
+import causalmem.views as _v; _v.WORKER_START_DELAY_S = _v.RESUME_DELAY_S = _v.CLOSE_DRAIN_S = 3600.0  # no wall-clock window
 mem = Memory({db!r}{kwargs})
 for k in range(2):
     mem.record_decision("request {i} changed setting %d of the queue consumer" % k,

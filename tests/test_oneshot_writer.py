@@ -20,6 +20,7 @@ WRITER = """
 import json, sys
 sys.path.insert(0, {repo!r})
 from causalmem import Memory
+import causalmem.views as _v; _v.WORKER_START_DELAY_S = _v.RESUME_DELAY_S = _v.CLOSE_DRAIN_S = 3600.0  # no wall-clock window
 mem = Memory({db!r})  # the default: the model installed, background embedding
 mem.record_decision({decision!r}, {outcome!r})
 views = mem._views
