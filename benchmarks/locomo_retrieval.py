@@ -157,6 +157,18 @@ class CachedEmbedder:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.base, name)
 
+    def load(self, path: Path) -> None:
+        """Vectors saved by ``save`` for this model (a later run re-encodes nothing it has)."""
+        if path.is_file():
+            with np.load(path, allow_pickle=False) as z:
+                if str(z["model"]) == f"{self.model_name}|{self.dim}":
+                    self._cache.update(zip(z["texts"].tolist(), z["vecs"]))
+
+    def save(self, path: Path) -> None:
+        texts = list(self._cache)
+        np.savez(path, model=np.str_(f"{self.model_name}|{self.dim}"), texts=np.asarray(texts, dtype=np.str_),
+                 vecs=np.vstack([self._cache[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32))
+
 
 def make_embedder(spec: str) -> Any:
     if spec == "none":
@@ -449,6 +461,254 @@ def markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines)
 
 
+# ----------------------------------------------------------------------------- paired mode (issue 13)
+# Reinforcement on vs off on the same store builds, default configuration only: the cheap check of a
+# learning rule. ``--paired "on,links-only,access-only,start0:hebbian_start=0;hebbian_step=0.1"``: each
+# variant is ``label[:overrides]`` (Config fields as in --config, ';'-separated, applied on top of
+# --config); the token ``noaccess`` keeps a variant from writing access counts / importance (the
+# ablation of the learned links alone), ``coef=X`` sets the learned links' spread coefficient
+# (``projection.CO_OCCURRENCE_COEFFICIENT``) for that variant. Q-values are never changed by a search
+# (only ``feedback``): the table's last column counts them, 0 in every run. Named variants:
+NAMED_VARIANTS: dict[str, str] = {
+    "on": "",                      # the default: everything reinforcement does
+    "links-only": "noaccess",      # learned (Hebbian) links only
+    "access-only": "hebbian_top=0",  # access counts + importance only, no learned links
+}
+
+
+def parse_variant(spec: str, base: Config) -> tuple[str, Config, bool, float | None]:
+    """``label[:overrides]`` -> (label, Config, no access writes, learned-link coefficient or None)."""
+    label, _, over = spec.partition(":")
+    label = label.strip()
+    over = NAMED_VARIANTS.get(label, "") if not over else over
+    items = [x.strip() for x in over.split(";") if x.strip()]
+    no_access = "noaccess" in items
+    coef = next((float(x.partition("=")[2]) for x in items if x.startswith("coef=")), None)
+    kw = {}
+    for item in (x for x in items if x != "noaccess" and not x.startswith("coef=")):
+        key, _, raw = item.partition("=")
+        if not hasattr(base, key):
+            raise SystemExit(f"locomo_retrieval: --paired {spec!r}: Config has no field {key!r}")
+        kind = type(getattr(base, key))
+        kw[key] = raw.lower() in ("1", "true", "yes") if kind is bool else kind(raw)
+    return label, replace(base, **kw), no_access, coef
+
+
+def _source_key(data: Path, extra: str) -> str:
+    """What the reinforce-off scores depend on: the engine's code, the data, the run's options."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted((REPO / "causalmem").rglob("*")):
+        if f.suffix in (".py", ".pyx") and f.is_file():
+            h.update(f.relative_to(REPO).as_posix().encode() + b"\0" + f.read_bytes())
+    h.update(Path(data).read_bytes())
+    h.update(extra.encode())
+    return h.hexdigest()[:20]
+
+
+def _store_facts(path: Path) -> tuple[int, int, int]:
+    """(learned pairs, chunks with an access count, chunks whose Q-value is not the initial 0.5) of a store file."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        pairs = con.execute("SELECT COUNT(*) FROM cooccurrence").fetchone()[0]
+        cols = {r[1] for r in con.execute("PRAGMA table_info(chunks)")}
+        touched = con.execute("SELECT COUNT(*) FROM chunks WHERE access_count > 0").fetchone()[0] \
+            if "access_count" in cols else -1
+        q_moved = con.execute("SELECT COUNT(*) FROM chunks WHERE abs(q_value - 0.5) > 1e-9").fetchone()[0]
+    finally:
+        con.close()
+    return int(pairs), int(touched), int(q_moved)
+
+
+def paired_mode(args: argparse.Namespace, convs: list[dict], emb: Any, cfg: Config) -> int:
+    """Reinforcement on (one run per variant) vs off on the same store builds, paired per question."""
+    t0 = time.perf_counter()
+    conv_ids = [c["id"] for c in convs]
+    channels, fusion = ("lexical", "semantic", "graph") if emb is not None else ("lexical", "graph"), "auto"
+    variants = [parse_variant(v, cfg) for v in args.paired.split(",") if v.strip()]
+    points = grid_points(channels, fusion, "none" if args.paired_grid == "shipped" else "full")
+    cache = Path(args.cache) if args.cache else None
+    timing: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="locomo-paired-") as tmp:
+        base = Path(tmp) / "base.db"
+        dia_of = build_store(convs, emb, base)
+        timing["store build"] = time.perf_counter() - t0
+        print(f"store built in {timing['store build']:.0f} s", flush=True)
+        base_facts = _store_facts(base)
+        # reinforce off at every grid point needed (cached: they depend on the code, not on the rule)
+        t1 = time.perf_counter()
+        key = _source_key(args.data, f"{args.config}|{args.raw_cosine}|{GRID_AXES}|{len(points)}|"
+                          f"{'none' if emb is None else emb.model_name}")
+        off_file = cache / f"off-{key}.npz" if cache else None
+        off: dict[str, Scores] = {}
+        if off_file is not None and off_file.is_file():
+            with np.load(off_file, allow_pickle=False) as z:
+                for name, _ in points:
+                    off[name] = {c: (z[f"{name}|{c}|cats"], z[f"{name}|{c}|scores"]) for c in conv_ids}
+            print(f"reinforce-off scores of {len(points)} grid points read from {off_file}", flush=True)
+        else:
+            with Memory(fresh_copy(base, "off.db"), embedder=emb, config=cfg) as mem:
+                for name, params in points:
+                    off[name] = ask_all(mem, convs, dia_of, channels, fusion, reinforce=False, params=params)
+            if off_file is not None:
+                np.savez_compressed(off_file, **{f"{g}|{c}|{part}": off[g][c][j] for g in off for c in conv_ids
+                                                 for j, part in enumerate(("cats", "scores"))})
+        timing["reinforce off, all points"] = time.perf_counter() - t1
+        # the points the reinforce-on runs need: the shipped one, and per fold the best few by the off runs
+        if args.paired_grid.startswith("top"):
+            n_top = int(args.paired_grid[3:] or 3)
+            names = [g for g, _ in points]
+            keep = {"shipped"}
+            for h in conv_ids:
+                train = [c for c in conv_ids if c != h]
+                keep.update(sorted(names, key=lambda g: (-_criterion(off[g], train), names.index(g)))[:n_top])
+            run_points = [(g, prm) for g, prm in points if g in keep]
+        else:
+            run_points = points
+        print(f"reinforce-on runs at {len(run_points)} of {len(points)} grid points", flush=True)
+        results = []
+        from causalmem import projection
+
+        shipped_coef = projection.CO_OCCURRENCE_COEFFICIENT
+        for label, vcfg, no_access, coef in variants:
+            t2 = time.perf_counter()
+            projection.CO_OCCURRENCE_COEFFICIENT = shipped_coef if coef is None else coef
+            on: dict[str, Scores] = {}
+            facts = None
+            for k, (name, params) in enumerate(run_points):
+                path = fresh_copy(base, f"on{k}.db")
+                with Memory(path, embedder=emb, config=vcfg) as mem:
+                    if no_access:  # the learned links alone: no access counts / importance written
+                        mem._views.accessed = lambda fx, nids: None  # type: ignore[method-assign]
+                        mem._views.store.touch_chunks_batch = lambda touches: None  # type: ignore[method-assign]
+                    on[name] = ask_all(mem, convs, dia_of, channels, fusion, reinforce=True, params=params)
+                if name == "shipped":
+                    facts = _store_facts(path)
+            sub_off = {g: off[g] for g in on}
+            p_on, p_off, chosen = paired_cross_validate(on, sub_off, conv_ids)
+            shipped_on = {c: on["shipped"][c] for c in conv_ids}
+            shipped_off = {c: off["shipped"][c] for c in conv_ids}
+            projection.CO_OCCURRENCE_COEFFICIENT = shipped_coef
+            res = {"label": label, "coef": coef, "overrides": {f: getattr(vcfg, f) for f in vcfg.__dataclass_fields__
+                                                               if getattr(vcfg, f) != getattr(Config(), f)},
+                   "no_access": no_access, "cv_on": summarise_scores(p_on, conv_ids),
+                   "cv_off": summarise_scores(p_off, conv_ids), "chosen": chosen,
+                   "cv": paired_spread(p_on, p_off, conv_ids), "shipped": paired_spread(shipped_on, shipped_off, conv_ids),
+                   "facts": facts, "seconds": time.perf_counter() - t2}
+            res["_scores"] = (on, sub_off, chosen)
+            results.append(res)
+            d, e = res["cv"]["R@10"], res["cv"]["nDCG@10"]
+            print(f"{label:22s} paired CV on-off R@10 {d['pooled']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}] "
+                  f"nDCG@10 {e['pooled']:+.4f} [{e['lo']:+.4f}, {e['hi']:+.4f}]  up/down {d['up']}/{d['down']}; "
+                  f"{e['up']}/{e['down']}  facts {facts}  ({res['seconds']:.0f} s)", flush=True)
+    if args.dump is not None:  # every variant's per-question scores at every point it ran, and the off ones
+        np.savez_compressed(args.dump, **{f"{r['label']}|{g}|{c}|{part}": r["_scores"][0][g][c][j] for r in results
+                                          for g in r["_scores"][0] for c in conv_ids
+                                          for j, part in enumerate(("cats", "scores"))},
+                            **{f"off|{g}|{c}|{part}": off[g][c][j] for g in off for c in conv_ids
+                               for j, part in enumerate(("cats", "scores"))})
+    held_back = rule_by_folds(results, conv_ids) if len(results) > 1 else None
+    if held_back is not None:
+        d, e = held_back["spread"]["R@10"], held_back["spread"]["nDCG@10"]
+        print(f"rule chosen by the folds: {held_back['chosen']}  held-out on-off R@10 {d['pooled']:+.4f} "
+              f"[{d['lo']:+.4f}, {d['hi']:+.4f}] nDCG@10 {e['pooled']:+.4f} [{e['lo']:+.4f}, {e['hi']:+.4f}]", flush=True)
+    timing["total"] = time.perf_counter() - t0
+    md = paired_markdown(results, {"held_back": held_back,
+        "command": "python benchmarks/locomo_retrieval.py " + " ".join(sys.argv[1:]), "conv_ids": conv_ids,
+        "n_q": sum(len(c["qa"]) for c in convs), "points": len(points), "run_points": [g for g, _ in run_points],
+        "grid": args.paired_grid, "timing": timing, "base_facts": base_facts, "config": args.config,
+        "embedder": "none" if emb is None else f"{emb.model_name} (dim {emb.dim})"})
+    if args.out != "-":
+        Path(args.out).write_text(md + "\n")
+        print(f"wrote {args.out}")
+    else:
+        print(md)
+    return 0
+
+
+def rule_by_folds(results: list[dict], conv_ids: list[str]) -> dict[str, Any]:
+    """The held-back check of choosing a rule: for each conversation, the variant whose paired on - off
+    criterion is best on the OTHER two conversations (at the grid point that fold chose for it) is scored on
+    this one, so the rule is never judged on the questions that picked it."""
+    held_on: Scores = {}
+    held_off: Scores = {}
+    chosen: dict[str, str] = {}
+    for h in conv_ids:
+        train = [c for c in conv_ids if c != h]
+
+        def gain(r: dict) -> float:
+            on, off, pts = r["_scores"]
+            g = pts[h]
+            return _criterion(on[g], train) - _criterion(off[g], train)
+
+        best = max(results, key=lambda r: (gain(r), -results.index(r)))
+        on, off, pts = best["_scores"]
+        held_on[h], held_off[h], chosen[h] = on[pts[h]][h], off[pts[h]][h], best["label"]
+    return {"chosen": chosen, "spread": paired_spread(held_on, held_off, conv_ids)}
+
+
+def paired_markdown(results: list[dict], meta: dict) -> str:
+    convs = meta["conv_ids"]
+    t = meta["timing"]
+    lines = [
+        "# LoCoMo-dev: reinforcement on vs off, paired, default configuration",
+        "",
+        f"Command: `{meta['command']}`" + (f" (Config overrides for every run: `{meta['config']}`)" if meta["config"]
+                                           else ""),
+        "",
+        f"{meta['n_q']} questions of {len(convs)} conversations in ONE store (`user_id` = conversation, the protocol "
+        f"of `locomo.md`); embedder {meta['embedder']}. Reinforce-off runs at all {meta['points']} grid points; "
+        f"reinforce-on runs (every question in data order on a fresh copy of the same built store, each search's "
+        f"reinforcement visible to the next) at {len(meta['run_points'])} of them (`--paired-grid {meta['grid']}`: "
+        "the shipped point and, per fold, the best points of the off runs on the two training conversations). "
+        "Paired CV: each fold picks ONE of those points for on and off (best (R@10 + nDCG@10) / 2 on the training "
+        "conversations, averaged over on and off) and scores it on the held-out conversation. Intervals: 95% "
+        "bootstrap over questions (2,000 resamples) of the pooled per-question difference.",
+        "",
+        "Time: " + ", ".join(f"{k} {v:.0f} s" for k, v in t.items()) + " (per variant: see the table).",
+        "",
+        "| variant | Config overrides | paired CV on - off R@10 [95%] | nDCG@10 [95%] | up / down (R@10; nDCG) | "
+        + " | ".join(f"nDCG {c}" for c in convs) + " | shipped point R@10 / nDCG | learned pairs, chunks with "
+        "an access count, Q-values moved | s |",
+        "|---|---|---|---|---|" + "---|" * len(convs) + "---|---|---|",
+    ]
+    for r in results:
+        d, e = r["cv"]["R@10"], r["cv"]["nDCG@10"]
+        sd, se = r["shipped"]["R@10"], r["shipped"]["nDCG@10"]
+        ov = ", ".join(f"{k}={v}" for k, v in r["overrides"].items()) + (" + no access writes" if r["no_access"] else "") \
+            + (f" + link coefficient {r['coef']:g}" if r["coef"] is not None else "")
+        lines.append(
+            f"| {r['label']} | {ov or '(default)'} | {d['pooled']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}] | "
+            f"{e['pooled']:+.4f} [{e['lo']:+.4f}, {e['hi']:+.4f}] | {d['up']} / {d['down']}; {e['up']} / {e['down']} | "
+            + " | ".join(f"{e['per_conv'][c]:+.4f}" for c in convs)
+            + f" | {sd['pooled']:+.4f} / {se['pooled']:+.4f} | {r['facts']} | {r['seconds']:.0f} |")
+    lines += ["", "Absolute paired-CV figures (on / off) and the points the folds chose:", "",
+              "| variant | R@10 on | R@10 off | nDCG@10 on | nDCG@10 off | " + " | ".join(f"chosen, held out {c}" for c in convs)
+              + " |", "|---|---|---|---|---|" + "---|" * len(convs)]
+    for r in results:
+        a, b = r["cv_on"]["all"], r["cv_off"]["all"]
+        lines.append(f"| {r['label']} | {a['R@10']:.4f} | {b['R@10']:.4f} | {a['nDCG@10']:.4f} | {b['nDCG@10']:.4f} | "
+                     + " | ".join(f"`{r['chosen'][c]}`" for c in convs) + " |")
+    hb = meta.get("held_back")
+    if hb is not None:
+        d, e = hb["spread"]["R@10"], hb["spread"]["nDCG@10"]
+        lines += ["", "Held-back check of the choice of rule: for each conversation, the variant with the best paired "
+                  "on - off criterion on the other two (at that fold's grid point) is scored on it.", "",
+                  "| | " + " | ".join(f"held out {c}" for c in convs) + " | pooled on - off R@10 [95%] | nDCG@10 [95%] |",
+                  "|---|" + "---|" * len(convs) + "---|---|",
+                  "| variant chosen | " + " | ".join(f"`{hb['chosen'][c]}`" for c in convs)
+                  + f" | {d['pooled']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}] | {e['pooled']:+.4f} [{e['lo']:+.4f}, "
+                  f"{e['hi']:+.4f}] |",
+                  "| on - off per held-out conversation, R@10 / nDCG@10 | " + " | ".join(
+                      f"{d['per_conv'][c]:+.4f} / {e['per_conv'][c]:+.4f}" for c in convs) + " | | |"]
+    lines += ["", f"Base store before any search: {meta['base_facts']} (learned pairs, chunks with an access count, "
+              "Q-values moved)."]
+    return "\n".join(lines)
+
+
 def parse_config(spec: str) -> Config:
     """``'a=1,b=0.5,c=true'`` -> ``Config(a=1, b=0.5, c=True)`` (each value as the field's default type)."""
     kw: dict[str, Any] = {}
@@ -481,8 +741,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--co-coefficient", type=float, default=None,
                     help="ablation: spread coefficient of learned co-occurrence links (default: "
                     "causalmem.projection.CO_OCCURRENCE_COEFFICIENT)")
+    ap.add_argument("--paired", default="",
+                    help="paired mode: only the default configuration, reinforcement on (one run per variant, e.g. "
+                    "'on,links-only,access-only,start0:hebbian_start=0;hebbian_step=0.1') vs off on the same store "
+                    "builds; per-conversation paired differences with bootstrap intervals")
+    ap.add_argument("--paired-grid", default="top3",
+                    help="paired mode: 'shipped' (no CV), 'topN' (reinforce-on at the shipped point and each fold's N "
+                    "best off points), 'full'")
+    ap.add_argument("--cache", default="", help="directory for encoded texts and reinforce-off scores between runs")
     args = ap.parse_args(argv)
     cfg = parse_config(args.config)
+    if args.paired and args.out == str(DEFAULT_OUT):
+        args.out = str(DEFAULT_OUT.with_name("locomo_paired.md"))
     if args.co_coefficient is not None:
         from causalmem import projection
 
@@ -502,9 +772,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     conv_ids = [c["id"] for c in convs]
     emb = make_embedder(args.embedder)
+    emb_file = None
+    if args.cache and emb is not None:
+        Path(args.cache).mkdir(parents=True, exist_ok=True)
+        emb_file = Path(args.cache) / f"vectors-{re.sub(r'[^A-Za-z0-9]+', '_', emb.model_name)}.npz"
+        emb.load(emb_file)
     if emb is not None:  # encode every turn and question once, in big batches
         emb.encode([f"{t['speaker']}: {t['text']}" for c in convs for _, _, ts in c["sessions"] for t in ts])
         emb.encode([qa["question"] for c in convs for qa in c["qa"]])
+        if emb_file is not None:
+            emb.save(emb_file)
+    if args.paired:
+        return paired_mode(args, convs, emb, cfg)
     configs = [cfg for cfg in CONFIGS if emb is not None or "semantic" not in cfg[1]]
     if emb is None:
         configs = [("**default** (lexical + graph, no model)" if lab == "lexical + graph" else lab, ch, fu)

@@ -65,6 +65,19 @@ class Config:
     # ... and only between hits of the same session (what plausibly belongs together: pairing the best
     # hits across sessions cost LoCoMo-dev recall@10 with reinforcement on, 0.756 -> 0.707)
     hebbian_same_session: bool = True
+    # how learned links reach retrieval. False: they are edges of the spreading graph (a learned
+    # neighbour of a hit is pulled in even when the query did not find it). True: they only re-rank
+    # candidates the query's channels (and structural edges) already found: a candidate gains what a
+    # seed linked to it by a learned pair sends over one hop (learning.learned_bonus); nothing new is
+    # brought in, so a link cannot add an unrelated chunk (benchmarks/results/locomo_learning_rules.md).
+    hebbian_rerank: bool = False
+    # credit a pair only when the cosine of its two chunks' vectors is at least this (0: no check;
+    # a pair with a chunk lacking a vector is not credited when > 0): co-retrieval plus closeness
+    hebbian_min_cosine: float = 0.0
+    # credit a pair only when the lesser hit scored at least this fraction of the group's best (0: no check)
+    hebbian_min_ratio: float = 0.0
+    # re-rank mode: only the best this-many seeds send over learned links (0: all seeds)
+    hebbian_rerank_seeds: int = 0
     # sleep stage 4b (consolidation/transfer.py): at most this many meta similar_to links per decision
     # between decisions of different tasks whose outcomes have the same shape (0: the stage is off).
     # Opt-in: the shape alone ("a first step that caused a failure") also links unrelated tasks on a
@@ -121,6 +134,17 @@ class Config:
                 or not 0.0 <= self.hebbian_step <= self.hebbian_cap:
             raise ValueError(f"hebbian_start, hebbian_step, hebbian_cap must satisfy 0 <= start, step <= cap <= 1, got "
                              f"{self.hebbian_start}, step {self.hebbian_step}, cap {self.hebbian_cap}")
+        if isinstance(self.hebbian_min_ratio, bool) or not isinstance(self.hebbian_min_ratio, (int, float)) \
+                or not 0.0 <= self.hebbian_min_ratio <= 1.0:
+            raise ValueError(f"hebbian_min_ratio must be a number in [0, 1], got {self.hebbian_min_ratio!r}")
+        if isinstance(self.hebbian_rerank_seeds, bool) or not isinstance(self.hebbian_rerank_seeds, int) \
+                or self.hebbian_rerank_seeds < 0:
+            raise ValueError(f"hebbian_rerank_seeds must be an integer >= 0, got {self.hebbian_rerank_seeds!r}")
+        if not isinstance(self.hebbian_rerank, bool):
+            raise ValueError(f"hebbian_rerank must be a bool, got {self.hebbian_rerank!r}")
+        if isinstance(self.hebbian_min_cosine, bool) or not isinstance(self.hebbian_min_cosine, (int, float)) \
+                or not -1.0 <= self.hebbian_min_cosine <= 1.0:
+            raise ValueError(f"hebbian_min_cosine must be a number in [-1, 1], got {self.hebbian_min_cosine!r}")
         if isinstance(self.transfer_links, bool) or not isinstance(self.transfer_links, int) \
                 or not 0 <= self.transfer_links <= 64:
             raise ValueError(f"transfer_links must be an integer in [0, 64], got {self.transfer_links!r}")

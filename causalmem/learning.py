@@ -20,7 +20,8 @@ from .config import Config
 from .store.base import StoreBackend
 
 __all__ = [
-    "bellman", "apply_feedback", "hebbian_credit", "hebbian_pairs", "next_hebbian_weight", "MAX_HEBBIAN_NIDS",
+    "bellman", "apply_feedback", "hebbian_credit", "learned_bonus", "hebbian_pairs", "next_hebbian_weight",
+    "MAX_HEBBIAN_NIDS",
     "HALF_LIFE_DAYS", "DAILY_FACTOR", "ACCESS_BOOST", "ACCESS_CAP", "ACCESS_WINDOW_DAYS",
     "RETIRE_BELOW", "RETIRE_BELOW_PROTECTED", "NEVER_RETIRED_SOURCES",
     "half_life_days", "decay_factor", "decayed_confidence", "should_retire",
@@ -105,6 +106,31 @@ def hebbian_credit(store: StoreBackend, nids: Sequence[int], now: float,
         out.append((a, b, nw, w is None))
         rows.append((a, b, nw, now))
     store.upsert_cooccurrence(rows)
+    return out
+
+
+def learned_bonus(pairs: dict[tuple[int, int], float], seeds: dict[int, float], candidates: np.ndarray, *,
+                  scale: float, coefficient: float, degree_of: dict[int, float] | None = None) -> np.ndarray:
+    """What learned links add to ``candidates`` when they only re-rank (``Config.hebbian_rerank``).
+
+    A candidate ``c`` gains ``scale x sum over seeds s joined to c by a learned pair of
+    energy(s) x coefficient x weight(s, c) / sqrt(degree factor of s x that of c)``: one hop, from
+    the query's seeds only, and only to the candidates given (a learned link never brings a chunk
+    in). ``pairs`` maps ``(a < b)`` to the pair's weight; ``degree_of`` holds each node's factor
+    (>= 1, the retrieval's degree normalisation), 1 when absent. Returns one float64 per candidate."""
+    out = np.zeros(len(candidates), dtype=np.float64)
+    if not pairs or not seeds or not len(candidates):
+        return out
+    pos = {int(n): k for k, n in enumerate(candidates.tolist())}
+    deg = degree_of or {}
+    for (a, b), w in pairs.items():
+        if w <= 0:
+            continue
+        for s, c in ((a, b), (b, a)):
+            e = seeds.get(s)
+            k = pos.get(c)
+            if e is not None and k is not None and e > 0:
+                out[k] += scale * e * coefficient * w / math.sqrt(deg.get(s, 1.0) * deg.get(c, 1.0))
     return out
 
 

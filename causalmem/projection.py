@@ -137,8 +137,8 @@ class Projection:
         """Co-occurrence weight learned by a search, ``(a, b, weight added)``: visible to the next
         query through the overlay (both directions; the contributions of a pair add up, so a
         delta on a pair the graph already holds gives exactly the new weight)."""
-        if self.graph is None or self._stale or not deltas:
-            return  # the rebuild reads the store and ``pending_learned``
+        if self.graph is None or self._stale or not deltas or self._config.hebbian_rerank:
+            return  # the rebuild reads the store and ``pending_learned``; re-rank mode: not graph edges
         self.version += 1
         for a, b, d in deltas:
             a, b = (a, b) if a < b else (b, a)
@@ -290,7 +290,8 @@ class Projection:
             ov_dead_nodes=np.asarray(sorted(ov.dead_nodes), dtype=np.int64),
             ov_learned=np.asarray([[a, b, i, j] for (a, b), (i, j) in pairs], dtype=np.int64).reshape(-1, 4),
             ov_learned_deg=np.asarray(deg, dtype=np.int64).reshape(-1, 2))
-        meta = {"n_nodes": int(self.n_nodes), "pending": int(self._pending), "built_at": float(self._built_at)}
+        meta = {"n_nodes": int(self.n_nodes), "pending": int(self._pending), "built_at": float(self._built_at),
+                "learned_in_graph": not self._config.hebbian_rerank}
         return arrays, meta
 
     def adopt(self, graph: CausalGraph, arrays: dict | None = None, meta: dict | None = None) -> None:
@@ -317,6 +318,8 @@ class Projection:
             overlay.learned_deg = {n: c for n, c in arrays["ov_learned_deg"].tolist()}
             co_deg = np.array(arrays["co_deg"], dtype=np.int64)
         meta = meta or {}
+        if bool(meta.get("learned_in_graph", True)) == self._config.hebbian_rerank:
+            raise ValueError("projection file was saved with the other Config.hebbian_rerank")
         self.graph, self._overlay, self._co_deg = graph, overlay, co_deg
         self.n_nodes = max(self.n_nodes, graph.n_nodes, int(meta.get("n_nodes", 0)))
         self._pending = int(meta.get("pending", 0))
@@ -343,6 +346,8 @@ class Projection:
                       saved[0].n_nodes, saved[0].n_edges, time.perf_counter() - t0)
             return
         data = self._load()
+        if self._config.hebbian_rerank:  # learned links re-rank candidates only (retrieval), not graph edges
+            data = dict(data, co=data["co"][:0])
         graph = build_graph(data)
         co = data["co"]
         co_deg = 2 * (np.bincount(co["a"], minlength=graph.n_nodes) + np.bincount(co["b"], minlength=graph.n_nodes))

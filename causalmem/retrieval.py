@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import _kernels, ingest, metadata_filter
+from . import _kernels, ingest, learning, metadata_filter, projection
 from .config import Config
 from .store.base import ChunkRow, StoreBackend
 from .types import Chunk, Hit, to_timestamp
@@ -239,7 +239,7 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
                             session_id=row.session_id, superseded_by=sup.get(n), signals=signals,
                             metadata=json.loads(row.metadata) if row.metadata and row.metadata != "{}" else {}))
         if reinforce and hits:
-            _reinforce(views, [n for n in chosen if n in rows])
+            _reinforce(views, [n for n in chosen if n in rows], chosen_scores)
         return hits
 
 
@@ -380,7 +380,35 @@ def _blend(views: Views, table, mask: np.ndarray, chans: tuple[str, ...], qvec, 
                 # ("this stopped that") is relevant knowledge, so it counts by magnitude; the
                 # sign stays visible in ``explain`` (activation < 0).
                 energy = energy + np.abs(_lookup(g_ids[order], g_val[order], nids))
+            if views.config.hebbian_rerank:
+                energy = _learned_rerank(views, table, nids, energy, seeds, act, p)
     return nids, energy, seeds, act
+
+
+def _learned_rerank(views: Views, table, nids: np.ndarray, energy: np.ndarray, seeds: dict[int, float],
+                    act: dict[int, float], p: RetrievalParams) -> np.ndarray:
+    """``Config.hebbian_rerank``: learned links between the seeds and the candidates found already
+    add one hop of energy (forward + backward weight x decay x (1 - teleport), as a structural hop
+    would carry), degree-normalised and capped as the graph bonus is; ``act`` gets it for explain."""
+    pairs = views.learned_weights(nids.tolist())
+    if not pairs:
+        return energy
+    kw = views.config.pedsa
+    nodes = np.fromiter({n for pr in pairs for n in pr}, dtype=np.int64)
+    factor = np.maximum(1.0, views.projection.degrees(nodes) / p.unit_degree) ** (2 * p.degree_power)
+    q = {int(s): 0.5 + 0.5 * float(table.q[s]) for s in seeds}
+    top = views.config.hebbian_rerank_seeds
+    sources = sorted(seeds, key=lambda s: (-seeds[s], s))[:top] if top else list(seeds)
+    bonus = learning.learned_bonus(pairs, {s: seeds[s] * q[s] for s in sources}, nids,
+                                   scale=(p.graph_forward + p.graph_backward) * kw.decay * (1.0 - kw.teleport),
+                                   coefficient=projection.CO_OCCURRENCE_COEFFICIENT,
+                                   degree_of=dict(zip(nodes.tolist(), factor.tolist())))
+    e_max = max(seeds.values()) if seeds else 0.0
+    bonus = np.minimum(bonus, p.graph_cap * e_max)
+    for k in np.flatnonzero(bonus).tolist():
+        n = int(nids[k])
+        act[n] = act.get(n, 0.0) + float(bonus[k])
+    return energy + bonus
 
 
 def _graph_bonus(views: Views, table, seed_ids: np.ndarray, seed_energy: np.ndarray, mask: np.ndarray,
@@ -594,10 +622,10 @@ def _paths(views: Views, chosen: list[int], seeds: dict[int, float], act: dict[i
     return out
 
 
-def _reinforce(views: Views, nids: list[int]) -> None:
+def _reinforce(views: Views, nids: list[int], scores: Mapping[int, float] | None = None) -> None:
     """Access reinforcement + Hebbian credit for what one search returned: queued, written in
     batches by the next write (a search never waits on the write lock); pairs only within a scope."""
-    views.queue_reinforcement(nids)
+    views.queue_reinforcement(nids, scores)
 
 
 LIST_FILTERS = ("user_id", "agent_id", "run_id", "session_id", "kind")

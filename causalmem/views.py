@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -1170,7 +1170,7 @@ class Views:
             fx.append(lambda: self.projection.edges_reweighted([(e, Relation(r), c) for e, r, c in edges]))
 
     # ------------------------------------------------------------------ queued search reinforcement
-    def queue_reinforcement(self, nids: Sequence[int]) -> None:
+    def queue_reinforcement(self, nids: Sequence[int], scores: Mapping[int, float] | None = None) -> None:
         """What one search returned (best first): access counts and Hebbian credit, queued (never a
         write lock here). Pairs are credited among the best ``Config.hebbian_top`` hits only, and only
         within one scope: an unscoped search never links two users. The links they make are visible
@@ -1191,6 +1191,12 @@ class Views:
         if not self._queued:
             self._queued_since = time.monotonic()
         pairs = [g for g in groups.values() if len(g) > 1]
+        if pairs and self.config.hebbian_min_ratio > 0 and scores:
+            # a hit far below the group's best is more often a non-answer than its partner
+            pairs = [k for k in ([g[0]] + [n for n in g[1:] if scores.get(n, 0.0) >= self.config.hebbian_min_ratio
+                                            * scores.get(g[0], 0.0)] for g in pairs) if len(k) > 1]
+        if pairs and self.config.hebbian_min_cosine > 0:
+            pairs = self._close_groups(pairs)
         self._queued.append((self.now(), nids, pairs))
         self._learn_now(pairs)
         if len(self._queued) > self.config.reinforce_queue_max:
@@ -1230,6 +1236,37 @@ class Views:
                         len(self._queued), why)
             self._queued = []
             self._forget_pending()
+
+    def _close_groups(self, groups: list[list[int]]) -> list[list[int]]:
+        """The groups narrowed to hits whose vector is within ``Config.hebbian_min_cosine`` of the
+        group's best hit (``Config.hebbian_min_cosine``: co-retrieval alone is weak evidence)."""
+        ids, mat = self.vectors_of(sorted({n for g in groups for n in g}))
+        if not len(ids):
+            return []
+        norm = mat.astype(np.float64)
+        norm /= np.maximum(np.linalg.norm(norm, axis=1, keepdims=True), 1e-12)
+        row = {int(n): k for k, n in enumerate(ids.tolist())}
+        out = []
+        for g in groups:
+            if g[0] not in row:
+                continue
+            lead = norm[row[g[0]]]
+            keep = [g[0]] + [n for n in g[1:]
+                             if n in row and float(norm[row[n]] @ lead) >= self.config.hebbian_min_cosine]
+            if len(keep) > 1:
+                out.append(keep)
+        return out
+
+    def learned_weights(self, nids: Sequence[int]) -> dict[tuple[int, int], float]:
+        """Co-occurrence weight of every learned pair ``(a < b)`` among ``nids``: the store's plus the
+        credit still queued (what the next write will hold)."""
+        got = self.store.cooccurrence_weights(sorted({int(n) for n in nids}))
+        if self._pending_co:
+            want = {int(n) for n in nids}
+            for (a, b), d in self._pending_co.items():
+                if a in want and b in want:
+                    got[(a, b)] = got.get((a, b), 0.0) + d
+        return got
 
     def _learn_now(self, groups: Sequence[Sequence[int]]) -> None:
         """Put the co-occurrence weight these groups will get into the projection now, as the
