@@ -610,7 +610,8 @@ def paired_mode(args: argparse.Namespace, convs: list[dict], emb: Any, cfg: Conf
                                           for j, part in enumerate(("cats", "scores"))},
                             **{f"off|{g}|{c}|{part}": off[g][c][j] for g in off for c in conv_ids
                                for j, part in enumerate(("cats", "scores"))})
-    held_back = rule_by_folds(results, conv_ids) if len(results) > 1 else None
+    rules = [r for r in results if r["label"] not in ("links-only", "access-only")]  # ablations are no rules
+    held_back = rule_by_folds(rules, conv_ids) if len(rules) > 1 else None
     if held_back is not None:
         d, e = held_back["spread"]["R@10"], held_back["spread"]["nDCG@10"]
         print(f"rule chosen by the folds: {held_back['chosen']}  held-out on-off R@10 {d['pooled']:+.4f} "

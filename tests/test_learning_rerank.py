@@ -134,7 +134,7 @@ def test_only_close_pairs_are_credited(db_path, clock, embedder):
     texts = ("the kafka consumer lags behind the producer", "the kafka consumer lag grew after the deploy",
              "kafka is also the name of a novelist")
     for threshold, linked_far in ((0.0, True), (0.6, False)):
-        cfg = Config(hebbian_same_session=False, hebbian_top=3, hebbian_min_cosine=threshold)
+        cfg = Config(hebbian_same_session=False, hebbian_top=3, hebbian_min_cosine=threshold, hebbian_min_ratio=0.0)
         path = db_path.with_name(f"cos{threshold}.db")
         with Memory(path, embedder=embedder, clock=clock, config=cfg) as m:
             ids = [m.add(t, user_id="u")[0].id for t in texts]
