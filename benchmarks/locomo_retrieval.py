@@ -903,7 +903,8 @@ NOTES: list[str] = [
     "weight is on the CV grid. Other tries, flat in-sample (within 0.005 R@10): candidate depth 100, 10 or "
     "30 seeds, graph cap 0.5 / 0.8, degree power 0.25 / 1.",
     "- **Learned links** (reinforce=on): a search credits the pair of its best 2 hits when they share a session "
-    "(`Config.hebbian_top` = 2, `hebbian_same_session`); a new pair starts at weight 0.1 (`hebbian_start`: one "
+    "(`Config.hebbian_top` = 2, `hebbian_same_session`) and the second scored >= 0.7 x the best "
+    "(`hebbian_min_ratio`); a new pair starts at weight 0.1 (`hebbian_start`: one "
     "co-retrieval is weak evidence), +0.05 per repeat up to 1.0, spread with coefficient 0.5 and left out of the "
     "degree normalisation; visible to the very next search (an overlay of the credit still queued for the store), "
     "faded in sleep. SPEC §5 credits every co-retrieved pair at 0.2: pairing a whole top-10 cost 0.09 R@10. "

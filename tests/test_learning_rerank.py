@@ -185,3 +185,21 @@ def test_rerank_seeds_limits_which_seeds_send_over_learned_links(db_path, clock)
             got = _hits(m, "alpha kafka beta gamma rollout alpha", user_id="u")
             assert got[a][0] == 0  # a is the best seed, b and c weaker seeds
             assert (got[c][1] is not None) is reaches
+
+
+def test_by_default_a_partner_far_below_the_best_hit_is_not_linked(db_path, clock):
+    """The default rule (``hebbian_min_ratio`` 0.7): the best two hits of a session are linked when the
+    second scored near the first, not when it scored far below it."""
+    assert Config().hebbian_min_ratio == 0.7
+    with Memory(db_path, embedder=None, clock=clock) as m:
+        near = m.add(["kafka consumer lag alert on billing", "kafka consumer lag alert on search"], user_id="u",
+                     session_id="s1")
+        far = m.add(["redis eviction storm on the payments cluster", "the invoice template for payments"],
+                    user_id="u", session_id="s2")
+        got = m.search("kafka consumer lag alert billing search", top_k=2, user_id="u", channels=("lexical",))
+        assert {h.id for h in got} == {near[0].id, near[1].id} and got[1].score >= 0.7 * got[0].score
+        got = m.search("redis eviction storm payments", top_k=2, user_id="u", channels=("lexical",))
+        assert [h.id for h in got] == [far[0].id, far[1].id] and got[1].score < 0.7 * got[0].score
+        m.flush()
+        assert _stored_weight(m, near[0].id, near[1].id) is not None
+        assert _stored_weight(m, far[0].id, far[1].id) is None
