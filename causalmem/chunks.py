@@ -74,6 +74,44 @@ class ChunkTable:
         self.kind[nid] = self._code_or_new("kind", kind)
         self._changed()
 
+    def _codes_of(self, column: str, values: list) -> np.ndarray | int:
+        """Codes of ``values`` (new values coded in order of first appearance, as ``set`` one by
+        one would); one int when every value is the same."""
+        table = self._codes[column]
+        first = values[0]
+        if values.count(first) == len(values):
+            return self._code_or_new(column, first)
+        for v in dict.fromkeys(values):
+            if v not in table:
+                table[v] = len(table)
+        return np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=len(values))
+
+    def set_many(self, nids: list[int], *, kind: list[str], created_at: list[float],
+                 event_time: list[float | None], q: list[float], user_id: list[str | None],
+                 agent_id: list[str | None], run_id: list[str | None], session_id: list[str | None],
+                 importance: float = 5.0) -> None:
+        """``set`` of many new live chunks at once (the same table as calling it for each in order)."""
+        if not nids:
+            return
+        # codes first, in the order ``set`` gives them (per row: user, agent, run, session, kind —
+        # the columns' code tables are independent, so column by column is the same)
+        codes = [(name, self._codes_of(column, values)) for name, column, values in (
+            ("user", "user", user_id), ("agent", "agent", agent_id), ("run", "run", run_id),
+            ("session", "session", session_id), ("kind", "kind", kind))]
+        ids = np.asarray(nids, dtype=np.int64)
+        top = int(ids.max()) + 1
+        self._ensure(top)
+        self.n = max(self.n, top)
+        self.alive[ids] = True
+        self.created_at[ids] = np.asarray(created_at, dtype=np.float64)
+        self.event_time[ids] = (np.nan if event_time.count(None) == len(event_time) else
+                                np.asarray([np.nan if v is None else v for v in event_time], dtype=np.float64))
+        self.q[ids] = np.asarray(q, dtype=np.float32)
+        self.importance[ids] = importance
+        for name, c in codes:
+            getattr(self, name)[ids] = c
+        self._changed()
+
     def load(self, cols: ChunkColumns) -> None:
         """Bulk fill from one column batch of the store."""
         if not cols.nid:

@@ -1043,10 +1043,10 @@ class Views:
         def apply() -> None:
             self._dirty.update(("chunks", "lexical"))
             if self.chunks is not None:
-                for c in chunks:
-                    self.chunks.set(c.nid, kind=c.kind, created_at=c.created_at, event_time=c.event_time, q=c.q,
-                                    importance=5.0, user_id=c.scope[0], agent_id=c.scope[1], run_id=c.scope[2],
-                                    session_id=c.session_id)
+                nid, _t, kind, created, event, q, scope, session = map(list, zip(*chunks))
+                users, agents, runs = map(list, zip(*scope))
+                self.chunks.set_many(nid, kind=kind, created_at=created, event_time=event, q=q, user_id=users,
+                                     agent_id=agents, run_id=runs, session_id=session)
             if self.lexical is not None:
                 if len(chunks) == 1:
                     self.lexical.add(chunks[0].nid, chunks[0].text)

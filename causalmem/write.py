@@ -133,46 +133,51 @@ def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
     # 1. chunks: reuse by exact text within scope, create the rest in one statement
     keys: dict[tuple[str, tuple], str] = {}
     for a in items:
-        keys.setdefault((a["decision"], a["scope"]), "decision")
-        keys.setdefault((a["outcome"], a["scope"]), "outcome")
+        scope = a["scope"]
+        keys.setdefault((a["decision"], scope), "decision")
+        keys.setdefault((a["outcome"], scope), "outcome")
     hashes: dict[str, int] = {}
     found = store.find_reusable_chunks(list(keys), hashes)
-    new_keys = [k for k in keys if k not in found]
+    new_keys = [k for k in keys if k not in found] if found else list(keys)
     created = store.insert_chunks_bulk([
         {"text": t, "text_hash": hashes[t], "kind": keys[(t, sc)], "created_at": now, "event_time": None,
          "q_value": q0, "user_id": sc[0], "agent_id": sc[1], "run_id": sc[2]} for t, sc in new_keys])
-    chunk_of = dict(found)
-    chunk_of.update(zip(new_keys, created))
-    views.store_vectors([(c.nid, t, vecs[t]) for (t, _sc), c in zip(new_keys, created) if t in vecs])
+    nid_of = {k: c.nid for k, c in found.items()}
+    id_of = {c.nid: c.id for c in found.values()}
+    nid_of.update(zip(new_keys, [c.nid for c in created]))
+    id_of.update(created)  # ChunkKey: (nid, id)
+    if vecs:
+        views.store_vectors([(c.nid, t, vecs[t]) for (t, _sc), c in zip(new_keys, created) if t in vecs])
     # 2. edges: repeated evidence (same decision, outcome, relation in the scope) updates the
-    #    existing valid edge; everything else is a new edge
-    guessed: dict[str, str | None] = {}  # polarity once per distinct outcome text
-    guess = ingest.guess_polarity
+    #    existing valid edge; everything else is a new edge. Polarity is guessed once per distinct
+    #    outcome text that has none given.
+    unknown = {a["outcome"] for a in items if a["polarity"] is None}
+    guessed = dict(zip(unknown, map(ingest.guess_polarity, unknown)))
     wanted: list[tuple[dict[str, Any], tuple]] = []
     for a in items:
         scope, outcome = a["scope"], a["outcome"]
-        d_nid = chunk_of[(a["decision"], scope)].nid
-        o_nid = chunk_of[(outcome, scope)].nid
-        polarity, origin = a["polarity"], "given"
+        d_nid = nid_of[(a["decision"], scope)]
+        o_nid = nid_of[(outcome, scope)]
+        polarity = a["polarity"]
         if polarity is None:
-            if outcome in guessed:
-                polarity = guessed[outcome]
-            else:
-                polarity = guessed[outcome] = guess(outcome)
+            polarity = guessed[outcome]
             origin = "unknown" if polarity is None else "guessed"
+        else:
+            origin = "given"
         row = {"src": d_nid, "dst": o_nid, "relation": a["rel"], "relv": a["relv"], "subtype": a["subtype"],
                "confidence": a["confidence"], "source": a["source"], "polarity": polarity, "polarity_origin": origin,
                "task_tag": a["task_tag"], "event_time": a["event_time"], "discovered_at": now}
         wanted.append((row, (d_nid, o_nid, a["relv"], a["subtype"])))
     existing = store.valid_edges_for_pairs([k for _r, k in wanted])
-    # per key: [eid, id, confidence, evidence, polarity, origin, added evidence, is new]
-    state: dict[tuple, list[Any]] = {k: [e.eid, e.id, e.confidence, e.evidence, e.polarity, e.polarity_origin, 0, False]
+    # per key: [eid, id, confidence, evidence, polarity, origin, added evidence, the new row (None: an
+    # existing edge)]
+    state: dict[tuple, list[Any]] = {k: [e.eid, e.id, e.confidence, e.evidence, e.polarity, e.polarity_origin, 0, None]
                                      for k, e in existing.items()}
     rows: list[dict[str, Any]] = []
     for row, key in wanted:
         st = state.get(key)
         if st is None:
-            state[key] = [None, None, row["confidence"], 1, row["polarity"], row["polarity_origin"], 0, True]
+            state[key] = [None, None, row["confidence"], 1, row["polarity"], row["polarity_origin"], 0, row]
             rows.append(row)
             continue
         st[2] = combine_confidence(st[2], row["confidence"])
@@ -181,52 +186,49 @@ def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
         if row["polarity_origin"] == "given" or (st[5] != "given" and row["polarity"] is not None):
             st[4], st[5] = row["polarity"], row["polarity_origin"]
     inserted = store.insert_edges_bulk(rows)
+    repeated = False
     for row, (eid, edge_id) in zip(rows, inserted):
         st = state[(row["src"], row["dst"], row["relv"], row["subtype"])]
         st[0], st[1] = eid, edge_id
         if st[6]:  # repeated within this batch: the new edge carries the combined evidence at once
             row["confidence"] = st[2]
-    updates = [(st[2], st[6], st[4], st[5], st[0]) for st in state.values() if st[6]]
-    if updates:
-        store.add_edge_evidence(updates)
-        views.edges_reweighted(fx, [(st[0], key[2], st[2]) for key, st in state.items() if st[6] and not st[7]])
+            repeated = True
+    if repeated or len(state) > len(rows):
+        updates = [(st[2], st[6], st[4], st[5], st[0]) for st in state.values() if st[6]]
+        if updates:
+            store.add_edge_evidence(updates)
+            views.edges_reweighted(fx, [(st[0], key[2], st[2]) for key, st in state.items()
+                                        if st[6] and st[7] is None])
     # 3. contradiction fast path (rule judge): a new success *annotates* older failures of the same
     #    decision (superseded_by); retiring them is sleep's judge's call, never a write-time guess
-    failures = store.negative_excitatory_out_edges(
-        [r["src"] for r in rows if r["relv"] in _EXCITATORY and r["polarity"] == "positive"])
-    first_new = inserted[0][0] if inserted else None
-    notes = []
-    for r, (eid, edge_id) in zip(rows, inserted):
-        if r["relv"] not in _EXCITATORY or r["polarity"] != "positive":
-            continue
-        for old in failures.get(r["src"], []):
-            if old.dst != r["dst"] and (first_new is None or old.eid < first_new):
-                notes.append((edge_id, old.eid))
-    if notes:
-        store.annotate_superseded(notes)
+    successes = [(r, edge_id) for r, (_eid, edge_id) in zip(rows, inserted)
+                 if r["polarity"] == "positive" and r["relv"] in _EXCITATORY]
+    if successes:
+        failures = store.negative_excitatory_out_edges([r["src"] for r, _e in successes])
+        first_new = inserted[0][0]
+        notes = [(edge_id, old.eid) for r, edge_id in successes for old in failures.get(r["src"], ())
+                 if old.dst != r["dst"] and old.eid < first_new]
+        if notes:
+            store.annotate_superseded(notes)
     # 4. in-memory views, after commit
     views.chunks_added(fx, list(map(_new_chunk, [(c.nid, t, keys[(t, sc)], now, None, q0, sc, None)
                                                       for (t, sc), c in zip(new_keys, created)])),
-                       {c.nid: vecs[t] for (t, _sc), c in zip(new_keys, created) if t in vecs})
+                       {c.nid: vecs[t] for (t, _sc), c in zip(new_keys, created) if t in vecs} if vecs else None)
     views.edges_added(fx, [NewEdge(eid, r["src"], r["dst"], r["relation"], r["confidence"])
                            for r, (eid, _e) in zip(rows, inserted)])
     views.count_write(fx)
-    ids = {c.nid: c.id for c in chunk_of.values()}
-    fresh = {eid for eid, _e in inserted}
-    out = []
-    for row, key in wanted:
-        st = state[key]
-        if st[0] in fresh:
-            conf, evidence, disc = st[2], st[3], now
-            edge = new_edge(st[1], ids[row["src"]], ids[row["dst"]], row["relv"], conf, row["source"], st[4],
-                            row["task_tag"], row["event_time"], True, None, disc, row["subtype"], None, st[5],
-                            evidence)
-        else:
-            edge = None  # an existing edge: read back after the update (its own history and notes)
-        out.append((st[1], edge))
-    stored = {r.id: r for r in store.edge_rows_by_ids([i for i, e in out if e is None])} if any(
-        e is None for _i, e in out) else {}
-    return [e if e is not None else stored[i].to_edge() for i, e in out]
+    # the edges as stored: a new one from its row (the first item of its key), an existing one
+    # read back after the update (its own history and notes)
+    made: dict[int, Edge] = {}
+    for st in state.values():
+        r = st[7]
+        if r is not None:
+            made[st[0]] = new_edge(st[1], id_of[r["src"]], id_of[r["dst"]], r["relv"], st[2], r["source"], st[4],
+                                   r["task_tag"], r["event_time"], True, None, now, r["subtype"], None, st[5], st[3])
+    if len(made) < len(state):
+        made.update((r.eid, r.to_edge()) for r in store.edge_rows_by_ids(
+            [st[1] for st in state.values() if st[7] is None]))
+    return [made[state[key][0]] for _row, key in wanted]
 
 
 #: repeated evidence never makes an edge certain

@@ -39,3 +39,62 @@ def test_prefilter_cases():
     assert P.guess_polarity("") is None
     long = "the deploy " * 50 + "failed"  # longer than the memo's limit: computed every time
     assert len(long) > P._MEMO_CHARS and P.guess_polarity(long) == "negative"
+
+
+# ASCII texts take the shape road (C-speed split, kinds by dict, verdict memoised on the shape with
+# filler runs capped at the scope): long runs of fillers around negators and repair words, phrases,
+# hyphens, apostrophes and stops are where a shape could differ from the tokens' verdict
+_ASCII_PIECES = st.one_of(
+    st.sampled_from([w.replace("_", " ") for w in _LEXICON if w.isascii()]),
+    st.sampled_from(["timed out", "rolled back", "went down", "no longer", "out of", "timed", "out", "no", "went",
+                     "error-free", "bug-free", "crash-less", "fail-safe", "re-fixed", "didn't", "failure's", "won't",
+                     "-", "'", ".", ",", ";", ":", "!", "?", "#12", "b3", "x", "the deploy", "a b c d e", "9-", "-free"]),
+    st.text(alphabet="abfilxyz019-'. ", max_size=5),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_ASCII_PIECES, max_size=16), st.lists(st.sampled_from(["", " ", "  "]), min_size=16, max_size=16))
+def test_ascii_shape_gives_the_lexicon_verdict(pieces, seps):
+    text = "".join(p + s for p, s in zip(pieces, seps))
+    assert P.guess_polarity(text) == P._guess_tokens(text), text
+    assert P.guess_polarity(text.upper()) == P._guess_tokens(text.upper()), text
+
+
+_FEW = ["a", "b", "a b c", "not", "no", "never", "fixed", "prevented", "failed", "crash", "passed", "stable", ".",
+        ",", "but", "timed out", "no longer", "error-free", "didn't", "-", "'", "out"]
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.sampled_from(_FEW), max_size=18))
+def test_ascii_shape_scopes(words):
+    """Few kinds of token, many of them: negation and repair scopes across runs of fillers."""
+    text = " ".join(words)
+    assert P.guess_polarity(text) == P._guess_tokens(text), text
+
+
+def test_ascii_shape_every_short_sequence():
+    """Every sequence of up to 6 tokens over a filler, a negator, a repair word, a failure and a stop,
+    and over a filler, another negator, a success, another failure and a clause word: the shape's
+    verdict is the lexicon's."""
+    import itertools
+
+    for alphabet, longest in ((["a", "not", "fixed", "failed", "."], 6), (["b", "never", "passed", "crash", "but"], 6)):
+        for n in range(longest + 1):
+            for words in itertools.product(alphabet, repeat=n):
+                text = " ".join(words)
+                assert P._decide_shape(P._ascii_shape(text)) == P._guess_tokens(text), text
+
+
+def test_ascii_shape_cases():
+    # a negator reaches the third token after it, not the fourth; a repair word three either side
+    assert P.guess_polarity("not a b failed") == "positive"
+    assert P.guess_polarity("not a b c failed") == "negative"
+    assert P.guess_polarity("not a b c d e f failed") == "negative"
+    assert P.guess_polarity("fixed a b crash") == "positive"
+    assert P.guess_polarity("fixed a b c d crash") == "mixed"
+    assert P.guess_polarity("no. failed") == "negative"  # a stop ends the negation's scope
+    assert P.guess_polarity("the job timed out") == "negative" and P.guess_polarity("no longer failing") == "positive"
+    assert P.guess_polarity("error-free deploy #12") == "positive"
+    # texts that differ only in neutral words share a shape, hence one memo entry
+    assert P._ascii_shape("the deploy #12 failed") == P._ascii_shape("the cache of run 7 failed") == "n"

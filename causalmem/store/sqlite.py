@@ -15,6 +15,7 @@ import contextlib
 import functools
 import json
 import logging
+import operator
 import os
 import secrets
 import sqlite3
@@ -203,6 +204,15 @@ _CHUNK_OPTIONAL: dict[str, Callable[[Mapping[str, Any]], Any]] = {
 _EDGE_OPTIONAL: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "subtype": lambda r: r.get("subtype"), "polarity": lambda r: r.get("polarity"),
     "task_tag": lambda r: r.get("task_tag"), "event_time": lambda r: r.get("event_time")}
+#: C-level getters of the bulk inserts' row dicts: a required key by ``itemgetter``, an optional one by
+#: ``dict.get`` (``None`` when the row leaves it out)
+_get_text, _get_kind, _get_created, _get_q = (operator.itemgetter(k) for k in ("text", "kind", "created_at", "q_value"))
+_get_src, _get_dst, _get_relation, _get_confidence, _get_source, _get_discovered = (operator.itemgetter(k) for k in (
+    "src", "dst", "relation", "confidence", "source", "discovered_at"))
+_get_hash, _get_origin = operator.methodcaller("get", "text_hash"), operator.methodcaller("get", "polarity_origin")
+_GETTERS = {c: operator.methodcaller("get", c) for c in {*_CHUNK_OPTIONAL, *_EDGE_OPTIONAL}}
+#: optional chunk columns whose stored value is the row's own (the others: ``_CHUNK_OPTIONAL``'s conversion)
+_AS_GIVEN = frozenset({"event_time", "user_id", "agent_id", "run_id", "session_id"})
 #: ChunkKey from a (nid, id) pair in C (a NamedTuple's ``_make`` is a Python-level classmethod)
 _new_chunk_key = functools.partial(tuple.__new__, ChunkKey)
 _SLEEP_EDGE_SELECT = sleep_edge_select("{}")
@@ -634,22 +644,28 @@ class SQLiteStore(SharedStore):
     def insert_chunks_bulk(self, rows: Sequence[Mapping[str, Any]]) -> list[ChunkKey]:
         if not rows:
             return []
+        n = len(rows)
         base = self._next_key("chunks", "nid") - 1
-        ids = new_ids(len(rows))
-        # columns every row leaves at their default stay out of the statement: binding a
-        # parameter costs about as much as storing it, and most rows carry no scope, session,
-        # event time or metadata
-        opt = [c for c in _CHUNK_OPTIONAL if any(r.get(c) is not None for r in rows)]
-        params: list[tuple[Any, ...]] = [
-            (base + 1 + i, ids[i], r["text"], r.get("text_hash") or text_hash(r["text"]), r["kind"],
-             r["created_at"], r["q_value"]) for i, r in enumerate(rows)]
-        if opt:
-            get = [_CHUNK_OPTIONAL[c] for c in opt]
-            params = [p + tuple(g(r) for g in get) for p, r in zip(params, rows)]
+        ids = new_ids(n)
+        # built column by column in C (``map`` of a getter), the rows zipped from the columns; the
+        # columns every row leaves at their default stay out of the statement: binding a parameter
+        # costs about as much as storing it, and most rows carry no scope, session, event time or metadata
+        text = list(map(_get_text, rows))
+        given = list(map(_get_hash, rows))
+        hashes = given if None not in given and 0 not in given else [
+            h or text_hash(t) for h, t in zip(given, text)]
+        cols: list[Any] = [range(base + 1, base + 1 + n), ids, text, hashes, list(map(_get_kind, rows)),
+                           list(map(_get_created, rows)), list(map(_get_q, rows))]
+        names = []
+        for c, get in _CHUNK_OPTIONAL.items():
+            present = list(map(_GETTERS[c], rows))
+            if present.count(None) != n:
+                names.append(c)
+                cols.append(present if c in _AS_GIVEN else list(map(get, rows)))
         self.conn.executemany(
-            f"INSERT INTO chunks (nid, id, text, text_hash, kind, created_at, q_value{''.join(', ' + c for c in opt)}) "
-            f"VALUES ({', '.join('?' * (7 + len(opt)))})", params)
-        return list(map(_new_chunk_key, zip(range(base + 1, base + 1 + len(rows)), ids)))
+            "INSERT INTO chunks (nid, id, text, text_hash, kind, created_at, q_value"
+            f"{''.join(', ' + c for c in names)}) VALUES ({', '.join('?' * (7 + len(names)))})", zip(*cols))
+        return list(map(_new_chunk_key, zip(range(base + 1, base + 1 + n), ids)))
 
     def chunk_metadata(self, nids: Sequence[int]) -> dict[int, dict[str, Any]]:
         rows = self._select_in("SELECT nid, metadata FROM chunks WHERE nid IN ({ids})", [int(n) for n in nids])
@@ -777,20 +793,27 @@ class SQLiteStore(SharedStore):
     def insert_edges_bulk(self, rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, str]]:
         if not rows:
             return []
+        n = len(rows)
         base = self._next_key("edges", "eid") - 1
-        ids = new_ids(len(rows))
-        opt = [c for c in _EDGE_OPTIONAL if any(r.get(c) is not None for r in rows)]  # as for chunks
-        params: list[tuple[Any, ...]] = [
-            (base + 1 + i, ids[i], r["src"], r["dst"], *_REL_COLUMNS[r["relation"]], r["confidence"], r["source"],
-             r.get("polarity_origin") or ("unknown" if r.get("polarity") is None else "given"),
-             r["discovered_at"]) for i, r in enumerate(rows)]
-        if opt:
-            get = [_EDGE_OPTIONAL[c] for c in opt]
-            params = [p + tuple(g(r) for g in get) for p, r in zip(params, rows)]
+        ids = new_ids(n)
+        rel = list(map(_REL_COLUMNS.__getitem__, map(_get_relation, rows)))
+        origin = list(map(_get_origin, rows))
+        if not all(origin):
+            origin = [o or ("unknown" if r.get("polarity") is None else "given") for o, r in zip(origin, rows)]
+        cols: list[Any] = [range(base + 1, base + 1 + n), ids, list(map(_get_src, rows)), list(map(_get_dst, rows)),
+                           [r[0] for r in rel], [r[1] for r in rel], list(map(_get_confidence, rows)),
+                           list(map(_get_source, rows)), origin, list(map(_get_discovered, rows))]
+        names = []
+        for c in _EDGE_OPTIONAL:  # as for chunks
+            present = list(map(_GETTERS[c], rows))
+            if present.count(None) != n:
+                names.append(c)
+                cols.append(present)
         self.conn.executemany(
             "INSERT INTO edges (eid, id, src, dst, relation, rel_code, confidence, source, polarity_origin, "
-            f"discovered_at{''.join(', ' + c for c in opt)}) VALUES ({', '.join('?' * (10 + len(opt)))})", params)
-        return [(base + 1 + i, ids[i]) for i in range(len(rows))]
+            f"discovered_at{''.join(', ' + c for c in names)}) VALUES ({', '.join('?' * (10 + len(names)))})",
+            zip(*cols))
+        return list(zip(range(base + 1, base + 1 + n), ids))
 
     # ------------------------------------------------------------------ repeated evidence
     def valid_edges_for_pairs(self, keys: Sequence[tuple[int, int, str, str | None]]) -> dict[tuple, EvidenceEdge]:
