@@ -136,9 +136,7 @@ class Memory:
 
     def record_many(self, items: Iterable[Any]) -> list[Edge]:
         """Record many decision→outcome pairs in one transaction (all or nothing)."""
-        parsed = w.parse_record_items(items)
-        with self._views.write() as fx:
-            return w.record_batch(self._views, fx, parsed)
+        return w.record_many(self._views, items)
 
     def link(self, src_chunk_id: str, dst_chunk_id: str, relation: str, *, confidence: float | None = None,
              source: str = "rule", polarity: str | None = None, task_tag: str | None = None) -> Edge:

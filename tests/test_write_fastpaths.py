@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import pytest
+
 from causalmem import Memory
 from causalmem.store.base import new_id, new_ids
 from causalmem.types import Edge, new_edge
@@ -111,3 +113,56 @@ def test_version_2_file_migrates_to_leaner_indexes(tmp_path):
     assert "WHERE session_id IS NOT NULL" in sql["chunks_session"]
     assert store.previous_turn("s1", None, None, None) == 1
     store.close()
+
+
+def test_record_many_pauses_the_collector_and_restores_it(tmp_path):
+    """The cyclic collector is off while a ``record_many`` runs (seen from inside the write) and
+    back to the caller's setting afterwards — on after a write that raised too, and still off for
+    a caller who had turned it off; overlapping writes of two threads leave it on."""
+    import gc
+    import threading
+
+    from causalmem import write
+
+    seen = []
+    real = write.record_batch
+
+    def spy(views, fx, items, vecs=None):
+        seen.append(gc.isenabled())
+        if items[0]["decision"] == "boom":
+            raise RuntimeError("boom")
+        return real(views, fx, items, vecs)
+
+    assert gc.isenabled()
+    with Memory(tmp_path / "m.db", embedder=None) as mem:
+        write.record_batch = spy
+        try:
+            mem.record_many([("a", "b"), ("c", "d")])
+            assert seen == [False] and gc.isenabled()
+            with pytest.raises(RuntimeError):
+                mem.record_many([("boom", "b")])
+            assert gc.isenabled() and mem.stats()["edges"] == 2
+            gc.disable()
+            try:
+                mem.record_many([("e", "f")])
+                assert not gc.isenabled()
+            finally:
+                gc.enable()
+            assert seen == [False, False, False]
+        finally:
+            write.record_batch = real
+        inside, release = threading.Event(), threading.Event()
+
+        def slow():
+            with write.gc_paused():
+                inside.set()
+                release.wait(10)
+
+        t = threading.Thread(target=slow)
+        t.start()
+        assert inside.wait(10)
+        mem.record_many([("g", "h")])  # ends while the other thread's pause goes on
+        assert not gc.isenabled()
+        release.set()
+        t.join(10)
+        assert gc.isenabled()
