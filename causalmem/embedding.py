@@ -293,18 +293,22 @@ def embed_rows(views: "Views", rows: OwnRows, *, batch_size: int = 256,
         return done, True
 
 
-def _embed_batch(views: "Views", batch: list[tuple[int, str]], stopping: Callable[[], bool] = lambda: False) -> int:
-    """Encode ``batch`` (no lock held) and store it; returns how many vectors were stored."""
+def _embed_batch(views: "Views", batch: list[tuple[int, str]], stopping: Callable[[], bool] = lambda: False,
+                 pause: Callable[[], object] | None = None) -> int:
+    """Encode ``batch`` (no lock held) and store it; returns how many vectors were stored. ``pause``
+    (the background worker's) is called before each sub-batch: it returns once writes let it."""
     emb = views.embedder
     if emb is None or not batch:
         return 0
     parts = []
     for i in range(0, len(batch), _SUB_BATCH):  # sub-batches: a stop (close, exit) waits for one only
+        if pause is not None:
+            pause()
         parts.append(np.asarray(emb.encode([t for _, t in batch[i:i + _SUB_BATCH]]), dtype=np.float32))
         if stopping():
             return 0
     vecs = np.vstack(parts)
-    with views.write() as fx:
+    with views.write(background=True) as fx:
         views.store_vectors([(nid, t, v) for (nid, t), v in zip(batch, vecs)])
         views.vectors_stored(fx, [nid for nid, _ in batch], emb.model_name, emb.dim,
                              [text_hash(t) for _, t in batch])
@@ -312,16 +316,16 @@ def _embed_batch(views: "Views", batch: list[tuple[int, str]], stopping: Callabl
 
 
 def embed_pending(views: "Views", *, batch_size: int = 256, progress: Progress | None = None,
-                  stopping: Callable[[], bool] = lambda: False) -> int:
+                  stopping: Callable[[], bool] = lambda: False, pause: Callable[[], object] | None = None) -> int:
     """Embed the whole queue in the calling thread (``reembed``/backfill); returns how many.
 
     One pass at a time per ``Views`` (the worker and ``reembed`` never encode the same rows twice)."""
     with views.embed_lock:
-        return _embed_pending(views, batch_size, progress, stopping)
+        return _embed_pending(views, batch_size, progress, stopping, pause)
 
 
 def _embed_pending(views: "Views", batch_size: int, progress: Progress | None,
-                   stopping: Callable[[], bool]) -> int:
+                   stopping: Callable[[], bool], pause: Callable[[], object] | None = None) -> int:
     emb = views.embedder
     if emb is None:
         return 0
@@ -347,7 +351,7 @@ def _embed_pending(views: "Views", batch_size: int, progress: Progress | None,
         if not batch:
             break
         after = batch[-1][0]
-        done += _embed_batch(views, batch, stopping)
+        done += _embed_batch(views, batch, stopping, pause)
         if progress is not None:
             progress(done, max(todo, done))
         logger.debug("embedded %d/%d pending chunks", done, todo)
@@ -402,6 +406,7 @@ class EmbeddingWorker:
         stop_at_exit(self, "worker")  # a thread killed inside a native encoder aborts the process
         self._timer: threading.Timer | None = None
         self._deferred: threading.Timer | None = None  # the start after a write (``kick_deferred``)
+        self._waiters = 0  # callers in ``wait``: the worker then stops stepping aside for writes
 
     @property
     def running(self) -> bool:
@@ -460,9 +465,14 @@ class EmbeddingWorker:
             want = self._kicks
             if self._done < want:
                 self._start_locked()
+            self._waiters += 1
+        self.views.write_gate.wake()  # someone waits for the vectors: no more stepping aside
         with self._cond:
-            self._cond.wait_for(lambda: self._done >= want or self.error is not None or self._stop
-                                or not self.running, timeout)
+            try:
+                self._cond.wait_for(lambda: self._done >= want or self.error is not None or self._stop
+                                    or not self.running, timeout)
+            finally:
+                self._waiters -= 1
             if self.error is not None:
                 err, self.error = self.error, None
                 raise RuntimeError(f"background embedding failed: {err}") from err
@@ -478,11 +488,17 @@ class EmbeddingWorker:
             self._stop = True
             self._cond.notify_all()
             thread = self._thread
+        self.views.write_gate.wake()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
     def _stopping(self) -> bool:
         return self._stop
+
+    def _step_aside(self) -> None:
+        """Before an encode (and before the model loads): let the writes in flight finish and wait
+        for a quiet moment (``write_gate``), unless someone waits for the vectors or a stop came."""
+        self.views.write_gate.wait_quiet(lambda: self._stop or self._waiters > 0)
 
     def _run(self) -> None:
         while True:
@@ -493,8 +509,9 @@ class EmbeddingWorker:
                     return
                 seen = self._kicks
             try:
+                self._step_aside()  # the first pass loads the model: not in the middle of a write stream
                 n = embed_pending(self.views, batch_size=self.batch_size, progress=self.progress,
-                                  stopping=self._stopping)
+                                  stopping=self._stopping, pause=self._step_aside)
                 self.embedded += n
             except Exception as exc:  # keep the thread alive: the next kick retries
                 if self._stop:  # the store closed under a last batch: nothing is lost

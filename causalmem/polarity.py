@@ -160,14 +160,16 @@ def _tokens(text: str) -> list[tuple[str, bool]]:
 _POLAR_RUNS = frozenset(w for w in NEGATIVE_EN | POSITIVE_EN | {a for a, _b in PHRASES_EN} if "_" not in w)
 _RUN = re.compile(r"[a-z0-9]+")
 _HAS_CJK = re.compile(rf"[{_CJK}]")
+_POLAR_RUNS_BYTES = frozenset(w.encode() for w in _POLAR_RUNS if w.isascii())
+_RUNS_ONLY = bytes(c if chr(c) in "abcdefghijklmnopqrstuvwxyz0123456789" else 32 for c in range(256))
 
 
 def guess_polarity(text: str) -> str | None:
     """``positive`` | ``negative`` | ``mixed`` from the lexicon (English and Chinese); ``None`` if
     the text has no polar word."""
     low = (text or "").lower()
-    if low.isascii():
-        if _POLAR_RUNS.isdisjoint(_RUN.findall(low)):
+    if low.isascii():  # the prefilter's runs by a byte translation (C speed, the same runs as ``_RUN``)
+        if _POLAR_RUNS_BYTES.isdisjoint(low.encode("ascii").translate(_RUNS_ONLY).split()):
             return None
         return _decide_shape(_ascii_shape(low))
     if _POLAR_RUNS.isdisjoint(_RUN.findall(low)) and _HAS_CJK.search(low) is None:

@@ -38,6 +38,7 @@ from .store.base import ChunkColumns, EmbeddingRow, StoreBackend, text_hash
 from . import learning
 from .errors import StoreError
 from .types import Relation, check_clock_value
+from .write_gate import WriteGate
 
 log = logging.getLogger("causalmem")
 
@@ -171,6 +172,7 @@ class Views:
         self.reinforce_off: str | None = "the database was opened read-only" if store.read_only else None
         self._reinforce_off_logged = False
         self._worker: EmbeddingWorker | None = None
+        self.write_gate = WriteGate()  # writes in flight: the background worker waits for a quiet moment
         self.keeper = IndexKeeper(self)  # loads, folds and persists the vector index (its own thread)
         self._embed_queued = False  # this write committed chunks (or texts) without vectors
         self._closed = False
@@ -827,13 +829,28 @@ class Views:
 
     # ------------------------------------------------------------------ the write protocol
     @contextlib.contextmanager
-    def write(self, *, wait: bool = True, sync: bool = True) -> Iterator[Effects]:
+    def write(self, *, wait: bool = True, sync: bool = True, background: bool = False) -> Iterator[Effects]:
         """One public write = one transaction; in-memory effects apply only after commit.
 
         The reinforcement queued by searches is written first, in the same transaction. ``sync=False``
         (a change-log backend, the queue written at the end of a search that has just caught up):
         no second change check; another host's commit since then is noticed by this write (the
-        sequence it advances) and caught up with by the next call."""
+        sequence it advances) and caught up with by the next call. A write holds the background
+        embedding back while it runs and a moment after (``write_gate``); ``background=True`` is the
+        worker's own write of the vectors it made."""
+        if background:
+            with self._write(wait, sync) as fx:
+                yield fx
+            return
+        self.write_gate.begin()
+        try:
+            with self._write(wait, sync) as fx:
+                yield fx
+        finally:
+            self.write_gate.end()
+
+    @contextlib.contextmanager
+    def _write(self, wait: bool, sync: bool) -> Iterator[Effects]:
         with self.lock:
             outer = self._effects is None
             if outer:
@@ -1057,7 +1074,7 @@ class Views:
                 self.vectors.add(np.fromiter(vectors, dtype=np.int64, count=len(vectors)),
                                  np.vstack(list(vectors.values())),
                                  [text_hash(texts[n]) if n in texts else UNKNOWN_HASH for n in vectors])
-            self.projection.n_nodes = max(self.projection.n_nodes, max(c.nid for c in chunks) + 1)
+            self.projection.n_nodes = max(self.projection.n_nodes, max([c[0] for c in chunks]) + 1)
 
         fx.append(apply)
 
