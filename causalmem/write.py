@@ -156,9 +156,10 @@ def gc_paused() -> Iterator[None]:
 
 def record_many(views: Views, items: Iterable[Any]) -> list[Edge]:
     """``Memory.record_many``: the items checked, then written in one transaction."""
-    parsed = parse_record_items(items)
-    with gc_paused(), views.write() as fx:
-        return record_batch(views, fx, parsed)
+    with gc_paused():
+        parsed = parse_record_items(items)
+        with views.write() as fx:
+            return record_batch(views, fx, parsed)
 
 
 def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],

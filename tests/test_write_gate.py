@@ -3,8 +3,8 @@ progress, and lets go of its pauses as soon as someone waits for the vectors.
 
 The gate's own rules are checked with real waits (lower bounds only: a loaded machine makes waits
 longer, never shorter); the worker's use of it with the real model on a real SQLite file, by the
-order of events in the worker thread (every encode comes right after a gate wait; one that started
-while writes streamed is one the gate let through at its time limit), not by timing."""
+order of events in the worker thread (beside a write that stays in flight, every encode comes right
+after a gate wait that ran to its time limit; after a flush, the waits let go at once), not by timing."""
 from __future__ import annotations
 
 import threading
