@@ -277,6 +277,10 @@ VIEW_KINDS = ("ci", "cu", "ct", "ei", "ex", "eu", "o")
 
 def _ranges(ids: Any) -> list[list[int]]:
     """Sorted distinct ids as inclusive ``[lo, hi]`` runs (a batch insert is one run)."""
+    if isinstance(ids, list) and ids:
+        lo, hi = int(min(ids)), int(max(ids))
+        if hi - lo + 1 == len(ids) and len(set(ids)) == len(ids):  # distinct and as many as the span: one run
+            return [[lo, hi]]
     a = np.unique(np.asarray(list(ids), dtype=np.int64))
     if a.size == 0:
         return []
