@@ -204,13 +204,10 @@ _CHUNK_OPTIONAL: dict[str, Callable[[Mapping[str, Any]], Any]] = {
 _EDGE_OPTIONAL: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "subtype": lambda r: r.get("subtype"), "polarity": lambda r: r.get("polarity"),
     "task_tag": lambda r: r.get("task_tag"), "event_time": lambda r: r.get("event_time")}
-#: C-level getters of the bulk inserts' row dicts: a required key by ``itemgetter``, an optional one by
-#: ``dict.get`` (``None`` when the row leaves it out)
+#: C-level getters of the bulk inserts' required row keys (an optional one: ``row.get``, ``None`` when left out)
 _get_text, _get_kind, _get_created, _get_q = (operator.itemgetter(k) for k in ("text", "kind", "created_at", "q_value"))
 _get_src, _get_dst, _get_relation, _get_confidence, _get_source, _get_discovered = (operator.itemgetter(k) for k in (
     "src", "dst", "relation", "confidence", "source", "discovered_at"))
-_get_hash, _get_origin = operator.methodcaller("get", "text_hash"), operator.methodcaller("get", "polarity_origin")
-_GETTERS = {c: operator.methodcaller("get", c) for c in {*_CHUNK_OPTIONAL, *_EDGE_OPTIONAL}}
 #: optional chunk columns whose stored value is the row's own (the others: ``_CHUNK_OPTIONAL``'s conversion)
 _AS_GIVEN = frozenset({"event_time", "user_id", "agent_id", "run_id", "session_id"})
 #: ChunkKey from a (nid, id) pair in C (a NamedTuple's ``_make`` is a Python-level classmethod)
@@ -738,14 +735,14 @@ class SQLiteStore(SharedStore):
         # columns every row leaves at their default stay out of the statement: binding a parameter
         # costs about as much as storing it, and most rows carry no scope, session, event time or metadata
         text = list(map(_get_text, rows))
-        given = list(map(_get_hash, rows))
+        given = [r.get("text_hash") for r in rows]
         hashes = given if None not in given and 0 not in given else [
             h or text_hash(t) for h, t in zip(given, text)]
         cols: list[Any] = [range(base + 1, base + 1 + n), ids, text, hashes, list(map(_get_kind, rows)),
                            list(map(_get_created, rows)), list(map(_get_q, rows))]
         names = []
         for c, get in _CHUNK_OPTIONAL.items():
-            present = list(map(_GETTERS[c], rows))
+            present = [r.get(c) for r in rows]  # (5x faster than ``map`` of an ``operator.methodcaller``)
             if present.count(None) != n:
                 names.append(c)
                 cols.append(present if c in _AS_GIVEN else list(map(get, rows)))
@@ -884,7 +881,7 @@ class SQLiteStore(SharedStore):
         base = self._next_key("edges", "eid") - 1
         ids = new_ids(n)
         rel = list(map(_REL_COLUMNS.__getitem__, map(_get_relation, rows)))
-        origin = list(map(_get_origin, rows))
+        origin = [r.get("polarity_origin") for r in rows]
         if not all(origin):
             origin = [o or ("unknown" if r.get("polarity") is None else "given") for o, r in zip(origin, rows)]
         cols: list[Any] = [range(base + 1, base + 1 + n), ids, list(map(_get_src, rows)), list(map(_get_dst, rows)),
@@ -892,7 +889,7 @@ class SQLiteStore(SharedStore):
                            list(map(_get_source, rows)), origin, list(map(_get_discovered, rows))]
         names = []
         for c in _EDGE_OPTIONAL:  # as for chunks
-            present = list(map(_GETTERS[c], rows))
+            present = [r.get(c) for r in rows]
             if present.count(None) != n:
                 names.append(c)
                 cols.append(present)
