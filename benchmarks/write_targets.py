@@ -10,7 +10,7 @@ background worker on, 10 batches of 1,000 pairs, each batch checked to be lexica
 right after the call; ``embedder=None`` in the same run as the peer); ``--part nomodel`` runs
 ``python benchmarks/write_speed.py --out -`` (4 rounds x 10 batches of 1,000 pairs, the raw sqlite3
 ``executemany`` peer in the same rounds). Each part records every run's figures, the load average
-before each run and whether it ran under ``/work/coord/quiet`` (``QUIET=1`` in the environment: the
+before each run and whether it ran alone on a quiet machine (``QUIET=1`` in the environment: the
 caller says so) in ``benchmarks/results/write_targets.json``; ``--report`` writes the table of all
 runs, their median and their minimum against the target and 1.3x the target.
 """

@@ -368,8 +368,10 @@ class SQLiteStore(SharedStore):
                     self._write_retrying(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
                 if not memory:
                     self.conn.execute(f"PRAGMA wal_autocheckpoint = {AUTO_CHECKPOINT_PAGES}")
+                    self.conn.execute("PRAGMA journal_size_limit = 0")
                     self._checkpointer = _Checkpointer(self.path, self.busy_timeout_ms)
                     self._wal_path = self.path + "-wal"
+                    self._ck_base = 0  # the -wal size when a checkpoint was last requested
                     self._checkpoint_bytes = CHECKPOINT_PAGES * int(self.conn.execute("PRAGMA page_size").fetchone()[0])
                 if needs_upgrade:
                     self._migrate()
@@ -549,8 +551,14 @@ class SQLiteStore(SharedStore):
             size = os.stat(self._wal_path).st_size
         except OSError:
             return
-        if size >= self._checkpoint_bytes:
+        base = self._ck_base
+        if size < base:  # the log was restarted and truncated (journal_size_limit)
+            base = 0
+        if size >= base + self._checkpoint_bytes:
+            self._ck_base = size
             ck.request()
+        else:
+            self._ck_base = base
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[None]:
