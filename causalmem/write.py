@@ -158,8 +158,8 @@ def record_many(views: Views, items: Iterable[Any]) -> list[Edge]:
     """``Memory.record_many``: the items checked, then written in one transaction."""
     with gc_paused():
         parsed = parse_record_items(items)
-        with views.write() as fx:
-            return record_batch(views, fx, parsed)
+    with views.write() as fx, gc_paused():  # paused again once the write lock is held, not while waiting for it
+        return record_batch(views, fx, parsed)
 
 
 def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
@@ -225,19 +225,15 @@ def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
         if row["polarity_origin"] == "given" or (st[5] != "given" and row["polarity"] is not None):
             st[4], st[5] = row["polarity"], row["polarity_origin"]
     inserted = store.insert_edges_bulk(rows)
-    repeated = False
     for row, (eid, edge_id) in zip(rows, inserted):
         st = state[(row["src"], row["dst"], row["relv"], row["subtype"])]
         st[0], st[1] = eid, edge_id
         if st[6]:  # repeated within this batch: the new edge carries the combined evidence at once
             row["confidence"] = st[2]
-            repeated = True
-    if repeated or len(state) > len(rows):
-        updates = [(st[2], st[6], st[4], st[5], st[0]) for st in state.values() if st[6]]
-        if updates:
-            store.add_edge_evidence(updates)
-            views.edges_reweighted(fx, [(st[0], key[2], st[2]) for key, st in state.items()
-                                        if st[6] and st[7] is None])
+    updates = [(st[2], st[6], st[4], st[5], st[0]) for st in state.values() if st[6]]
+    if updates:
+        store.add_edge_evidence(updates)
+        views.edges_reweighted(fx, [(st[0], key[2], st[2]) for key, st in state.items() if st[6] and st[7] is None])
     # 3. contradiction fast path (rule judge): a new success *annotates* older failures of the same
     #    decision (superseded_by); retiring them is sleep's judge's call, never a write-time guess
     successes = [(r, edge_id) for r, (_eid, edge_id) in zip(rows, inserted)

@@ -318,6 +318,7 @@ class SQLiteStore(SharedStore):
         self._checkpointer: _Checkpointer | None = None  # a writable file's background checkpoints
         self._wal_path = ""
         self._checkpoint_bytes = 0
+        self._ck_base = 0  # the -wal size when a checkpoint was last requested
         # ``superseded_chunks``' whole-store map and the state it was read at: (PRAGMA data_version,
         # total_changes) — another connection's commit changes the first, any change of this one the second
         self._sup_key: tuple[int, int] | None = None
@@ -371,7 +372,6 @@ class SQLiteStore(SharedStore):
                     self.conn.execute("PRAGMA journal_size_limit = 0")
                     self._checkpointer = _Checkpointer(self.path, self.busy_timeout_ms)
                     self._wal_path = self.path + "-wal"
-                    self._ck_base = 0  # the -wal size when a checkpoint was last requested
                     self._checkpoint_bytes = CHECKPOINT_PAGES * int(self.conn.execute("PRAGMA page_size").fetchone()[0])
                 if needs_upgrade:
                     self._migrate()
@@ -551,14 +551,11 @@ class SQLiteStore(SharedStore):
             size = os.stat(self._wal_path).st_size
         except OSError:
             return
-        base = self._ck_base
-        if size < base:  # the log was restarted and truncated (journal_size_limit)
-            base = 0
-        if size >= base + self._checkpoint_bytes:
+        if size < self._ck_base:  # the log was restarted and truncated (journal_size_limit)
+            self._ck_base = 0
+        if size >= self._ck_base + self._checkpoint_bytes:
             self._ck_base = size
             ck.request()
-        else:
-            self._ck_base = base
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[None]:
