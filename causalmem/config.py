@@ -58,8 +58,15 @@ class Config:
     hebbian_cap: float = 1.0
     hebbian_idle_fade: float = 0.99
     hebbian_drop_below: float = 0.05
-    # a search credits co-occurrence pairs among its best this-many hits only (0 or 1: none; SPEC §5
-    # credits every co-retrieved pair): the third hit is more often a non-answer than the first two.
+    # learned (Hebbian) links come from hits the caller confirmed (Memory.confirm); a search alone
+    # writes access counts only. True: a search also credits co-retrieved pairs (the rule below:
+    # hebbian_top, same session, hebbian_min_ratio ...). Opt-in: 13 such search-time rules were
+    # neutral within noise on LoCoMo-dev under paired cross-validation, never shown >= off
+    # (benchmarks/results/locomo_learning_rules.md); co-retrieval alone is weak evidence.
+    hebbian_search: bool = False
+    # with hebbian_search, a search credits co-occurrence pairs among its best this-many hits only
+    # (0 or 1: none; SPEC §5 credits every co-retrieved pair): the third hit is more often a
+    # non-answer than the first two.
     # Learned links are visible to the next search (SPEC §2), persisted with the queued reinforcement.
     hebbian_top: int = 2
     # ... and only between hits of the same session (what plausibly belongs together: pairing the best
@@ -145,6 +152,8 @@ class Config:
         if isinstance(self.hebbian_rerank_seeds, bool) or not isinstance(self.hebbian_rerank_seeds, int) \
                 or self.hebbian_rerank_seeds < 0:
             raise ValueError(f"hebbian_rerank_seeds must be an integer >= 0, got {self.hebbian_rerank_seeds!r}")
+        if not isinstance(self.hebbian_search, bool):
+            raise ValueError(f"hebbian_search must be a bool, got {self.hebbian_search!r}")
         if not isinstance(self.hebbian_rerank, bool):
             raise ValueError(f"hebbian_rerank must be a bool, got {self.hebbian_rerank!r}")
         if isinstance(self.hebbian_min_cosine, bool) or not isinstance(self.hebbian_min_cosine, (int, float)) \

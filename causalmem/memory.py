@@ -14,6 +14,7 @@ import time
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from . import causal, consolidation, ingest, portable, retrieval
+from . import confirm as confirm_mod
 from . import write as w
 from .chunks import ChunkTable
 from .config import Config
@@ -355,6 +356,11 @@ class Memory:
         if not -1.0 <= reward <= 1.0 or reward != reward:  # compares ints exactly: no float overflow
             raise ValueError(f"reward must be in [-1, 1], got {reward if abs(reward) < 1e30 else 'a huge number'}")
         return w.feedback(self._views, chunk_id, float(reward))
+
+    def confirm(self, chunk_ids: Sequence[str]) -> int:
+        """These hits were useful together: link every pair of them (Hebbian credit, capped, one scope,
+        visible to the next query; ``causalmem.confirm``); returns how many pairs were credited."""
+        return confirm_mod.confirm(self._views, confirm_mod.check_chunk_ids(chunk_ids))
 
     def sleep(self, *, dry_run: bool = False, now: float | _dt.datetime | None = None, judge: Any = None,
               min_diversity: float = 0.0, action: str = "annotate", progress: bool = False,

@@ -1186,6 +1186,13 @@ class Views:
 
             fx.append(lambda: self.projection.edges_reweighted([(e, Relation(r), c) for e, r, c in edges]))
 
+    def confirmed_links(self, fx: Effects, nids: Sequence[int], deltas: Sequence[tuple[int, int, float]]) -> None:
+        """``Memory.confirm`` wrote co-occurrence credit among ``nids`` (``(a, b, weight added)``):
+        into the projection at commit, so the next query spreads over the links."""
+        self._note("o", nids)
+        if deltas:
+            fx.append(lambda: self.projection.learned_links(list(deltas)))
+
     # ------------------------------------------------------------------ queued search reinforcement
     def queue_reinforcement(self, nids: Sequence[int], scores: Mapping[int, float] | None = None) -> None:
         """What one search returned (best first): access counts and Hebbian credit, queued (never a
@@ -1200,7 +1207,9 @@ class Views:
             return
         groups: dict[tuple, list[int]] = {}
         table = self.chunks
-        for n in nids[:min(self.config.hebbian_top, learning.MAX_HEBBIAN_NIDS)]:
+        # by default a search credits access counts only: links come from Memory.confirm
+        top = self.config.hebbian_top if self.config.hebbian_search else 0
+        for n in nids[:min(top, learning.MAX_HEBBIAN_NIDS)]:
             key = (int(table.user[n]), int(table.agent[n]), int(table.run[n]),
                    int(table.session[n]) if self.config.hebbian_same_session else 0) \
                 if table is not None and n < table.n else ("nid", n)
