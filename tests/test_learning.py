@@ -199,9 +199,10 @@ def test_hebbian_survives_rebuild_and_restart(tmp_path):
         assert acts.get("warm the cache on deploy") == pytest.approx(0.75 * 1.0 * CO * 0.7, abs=1e-4)
 
 
-def test_search_credits_pairs_returned_together(tmp_path):
+def test_search_credits_pairs_returned_together_with_the_search_rule(tmp_path):
+    """``Config.hebbian_search`` (opt-in): a search credits its best hits as a pair."""
     pytest.importorskip("causalmem.retrieval")
-    with _mem(tmp_path / "m.db") as mem:
+    with _mem(tmp_path / "m.db", config=Config(hebbian_search=True)) as mem:
         mem.add(["the kafka consumer lagged behind", "we raised the kafka partition count",
                  "kafka lag went back to zero"], user_id="u")
         hits = mem.search("kafka lag", top_k=3, user_id="u")

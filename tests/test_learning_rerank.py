@@ -12,7 +12,7 @@ from causalmem import Memory, learning
 from causalmem.config import Config
 
 LEX_GRAPH = ("lexical", "graph")
-RERANK = Config(hebbian_same_session=False, hebbian_rerank=True)
+RERANK = Config(hebbian_search=True, hebbian_same_session=False, hebbian_rerank=True)
 
 
 def _nid(m: Memory, chunk_id: str) -> int:
@@ -42,7 +42,7 @@ def _kafka(m: Memory) -> tuple[str, str, str]:
 def test_a_learned_link_brings_in_a_chunk_only_when_it_is_a_graph_edge(db_path, clock, rerank):
     """The contrast that shows the rule: "alpha release" does not find b by its words. As a graph edge
     (the default) the learned link a-b pulls b in; under re-ranking it does not."""
-    cfg = Config(hebbian_same_session=False, hebbian_rerank=rerank)
+    cfg = Config(hebbian_search=True, hebbian_same_session=False, hebbian_rerank=rerank)
     with Memory(db_path, embedder=None, clock=clock, config=cfg) as m:
         a, b, _c = _kafka(m)
         assert b not in _hits(m, "alpha release", user_id="u")
@@ -106,14 +106,16 @@ def test_reranking_links_never_cross_a_scope(db_path, clock):
 def test_a_projection_file_of_the_other_rule_is_not_adopted(db_path, clock):
     """A graph saved with learned links as edges, opened with re-ranking, would keep pulling in
     linked chunks: the file says which rule built it and the other rule rebuilds."""
-    with Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_same_session=False)) as m:
+    with Memory(db_path, embedder=None, clock=clock,
+                config=Config(hebbian_search=True, hebbian_same_session=False)) as m:
         a, b, _c = _kafka(m)
         m.search("alpha beta", top_k=2, user_id="u")
         assert b in _hits(m, "alpha release", user_id="u")
     with Memory(db_path, embedder=None, clock=clock, config=RERANK) as m:
         assert _stored_weight(m, a, b) is not None
         assert b not in _hits(m, "alpha release", user_id="u")
-    with Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_same_session=False)) as m:
+    with Memory(db_path, embedder=None, clock=clock,
+                config=Config(hebbian_search=True, hebbian_same_session=False)) as m:
         assert b in _hits(m, "alpha release", user_id="u")
 
 
@@ -134,7 +136,8 @@ def test_only_close_pairs_are_credited(db_path, clock, embedder):
     texts = ("the kafka consumer lags behind the producer", "the kafka consumer lag grew after the deploy",
              "kafka is also the name of a novelist")
     for threshold, linked_far in ((0.0, True), (0.6, False)):
-        cfg = Config(hebbian_same_session=False, hebbian_top=3, hebbian_min_cosine=threshold, hebbian_min_ratio=0.0)
+        cfg = Config(hebbian_search=True, hebbian_same_session=False, hebbian_top=3, hebbian_min_cosine=threshold,
+                     hebbian_min_ratio=0.0)
         path = db_path.with_name(f"cos{threshold}.db")
         with Memory(path, embedder=embedder, clock=clock, config=cfg) as m:
             ids = [m.add(t, user_id="u")[0].id for t in texts]
@@ -165,7 +168,7 @@ def test_min_ratio_credits_only_a_partner_that_scored_near_the_best(db_path, clo
     """``hebbian_min_ratio``: the best two hits are linked only when the second scored at least that
     fraction of the first; the same search with the check off links them."""
     for ratio, linked in ((0.0, True), (0.99, False)):
-        cfg = Config(hebbian_same_session=False, hebbian_min_ratio=ratio)
+        cfg = Config(hebbian_search=True, hebbian_same_session=False, hebbian_min_ratio=ratio)
         with Memory(db_path.with_name(f"ratio{ratio}.db"), embedder=None, clock=clock, config=cfg) as m:
             strong = m.add("kafka consumer lag alert on the billing cluster", user_id="u")[0].id
             weak = m.add("billing invoice template", user_id="u")[0].id
@@ -178,7 +181,7 @@ def test_min_ratio_credits_only_a_partner_that_scored_near_the_best(db_path, clo
 def test_rerank_seeds_limits_which_seeds_send_over_learned_links(db_path, clock):
     """``hebbian_rerank_seeds=1``: only the best seed sends; a link from a weaker seed re-ranks nothing."""
     for top, reaches in ((0, True), (1, False)):
-        cfg = Config(hebbian_same_session=False, hebbian_rerank=True, hebbian_rerank_seeds=top)
+        cfg = Config(hebbian_search=True, hebbian_same_session=False, hebbian_rerank=True, hebbian_rerank_seeds=top)
         with Memory(db_path.with_name(f"seeds{top}.db"), embedder=None, clock=clock, config=cfg) as m:
             a, b, c = _kafka(m)
             m.search("beta gamma", top_k=2, user_id="u")  # links b-c
@@ -187,11 +190,11 @@ def test_rerank_seeds_limits_which_seeds_send_over_learned_links(db_path, clock)
             assert (got[c][1] is not None) is reaches
 
 
-def test_by_default_a_partner_far_below_the_best_hit_is_not_linked(db_path, clock):
-    """The default rule (``hebbian_min_ratio`` 0.7): the best two hits of a session are linked when the
-    second scored near the first, not when it scored far below it."""
+def test_the_search_rule_does_not_link_a_partner_far_below_the_best_hit(db_path, clock):
+    """The opt-in search-time rule at its default ratio (``hebbian_min_ratio`` 0.7): the best two hits of a
+    session are linked when the second scored near the first, not when it scored far below it."""
     assert Config().hebbian_min_ratio == 0.7
-    with Memory(db_path, embedder=None, clock=clock) as m:
+    with Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_search=True)) as m:
         near = m.add(["kafka consumer lag alert on billing", "kafka consumer lag alert on search"], user_id="u",
                      session_id="s1")
         far = m.add(["redis eviction storm on the payments cluster", "the invoice template for payments"],

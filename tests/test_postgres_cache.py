@@ -243,8 +243,9 @@ def test_catching_up_with_another_hosts_small_write_takes_two_round_trips(pg_dsn
 def test_a_default_search_sends_one_statement_and_the_queue_a_few(pg_dsn, monkeypatch):
     """Review R6: with reinforcement on (the default), a search still sends only the change-sequence
     check (the learned-link overlay reads the mirrored co-occurrence pairs), and writing the queue
-    of 64 searches takes three statements (and the commit), not one per search."""
-    with Memory(pg_dsn, embedder=None, config=Config(reinforce_seconds=3600)) as mem:
+    of 64 searches takes three statements (and the commit), not one per search. The search-time
+    credit rule is on (``hebbian_search``, opt-in) so the queue carries Hebbian credit too."""
+    with Memory(pg_dsn, embedder=None, config=Config(reinforce_seconds=3600, hebbian_search=True)) as mem:
         mem.record_many([(f"rollout step {i} of the cache", f"rollout effect {i} of the cache") for i in range(300)])
         mem.search("rollout step 1")  # views, row mirror and co-occurrence mirror built
         mem.flush()
@@ -286,7 +287,7 @@ def test_the_batched_queue_write_leaves_what_search_by_search_writes_left(pg_dsn
     way, the other search by search (the code before review R6): the co-occurrence pairs (weights,
     hits) and the chunks' access counts and importance come out the same."""
     conninfo, schema = pg_dsn.split("schema=")
-    cfg = Config(reinforce_seconds=3600, reinforce_batch=50, hebbian_top=3)
+    cfg = Config(reinforce_seconds=3600, reinforce_batch=50, hebbian_top=3, hebbian_search=True)
     mems = [Memory(f"{conninfo}schema={schema}_{k}", embedder=None, config=cfg) for k in ("batched", "single")]
     mems[1]._views._write_reinforcement = lambda fx, q, v=mems[1]._views: _one_by_one(v, fx, q)
     rnd = random.Random(3)
@@ -318,8 +319,8 @@ def test_the_batched_queue_write_leaves_what_search_by_search_writes_left(pg_dsn
 
 def test_the_mirrored_co_occurrence_pairs_follow_both_hosts(pg_dsn):
     """The co-occurrence mirror the overlay reads is exactly the table after this host's own queue
-    writes, another host's, and a delete that drops a chunk's pairs."""
-    cfg = Config(reinforce_seconds=3600)
+    writes, another host's, and a delete that drops a chunk's pairs (search-time credit on: opt-in)."""
+    cfg = Config(reinforce_seconds=3600, hebbian_search=True)
     a = Memory(pg_dsn, embedder=None, config=cfg)
     b = Memory(pg_dsn, embedder=None, config=cfg)
     try:

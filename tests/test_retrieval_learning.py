@@ -37,7 +37,7 @@ def _activation(m: Memory, query: str, target: str, **scope) -> float | None:
 def two(db_path, clock):
     """Two memories in separate sessions (no edge joins them) that one query finds together
     (credit across sessions allowed here, to watch one link)."""
-    m = Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_same_session=False))
+    m = Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_search=True, hebbian_same_session=False))
     a = m.add("alpha release of the kafka consumer", user_id="u")[0].id
     b = m.add("beta rollout of the kafka consumer", user_id="u")[0].id
     yield m, a, b
@@ -86,7 +86,7 @@ def test_links_queued_before_a_rebuild_stay_visible(two):
 
 
 def test_credit_only_among_the_best_hits(db_path, clock):
-    with Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_top=3, hebbian_same_session=False)) as m:
+    with Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_search=True, hebbian_top=3, hebbian_same_session=False)) as m:
         ids = [m.add(f"incident {i} on the payment gateway", user_id="u")[0].id for i in range(6)]
         hits = m.search("payment gateway incident", top_k=6, user_id="u")
         assert len(hits) == 6
@@ -95,15 +95,15 @@ def test_credit_only_among_the_best_hits(db_path, clock):
         linked = {(x, y) for i, x in enumerate(ids) for y in ids[i + 1:] if _stored_weight(m, x, y) is not None}
         assert len(linked) == 3  # the pairs of the best three, not the 15 of all six
         assert all(x in best[:3] and y in best[:3] for x, y in linked)
-    with Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_top=1)) as m:
+    with Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_search=True, hebbian_top=1)) as m:
         before = m.stats()["cooccurrence"]
         m.search("payment gateway incident", top_k=6, user_id="u")
         m.flush()
         assert m.stats()["cooccurrence"] == before  # hebbian_top=1: access counts only
 
 
-def test_by_default_only_hits_of_one_session_are_linked(db_path, clock):
-    with Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_top=3)) as m:
+def test_the_search_rule_links_only_hits_of_one_session(db_path, clock):
+    with Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_search=True, hebbian_top=3)) as m:
         a = m.add("the deploy froze on the staging cluster", user_id="u", session_id="s1")[0].id
         m.add(["unrelated small talk about lunch", "more small talk"], user_id="u", session_id="s1")
         b = m.add("we rolled back the staging cluster deploy", user_id="u", session_id="s1")[0].id
@@ -115,12 +115,13 @@ def test_by_default_only_hits_of_one_session_are_linked(db_path, clock):
         assert _stored_weight(m, a, c) is None and _stored_weight(m, b, c) is None
 
 
-def test_default_credits_the_best_two_hits_weaker_than_spec(db_path, clock):
-    """The default rule: only the best two hits of a search (of one session) are paired, and a new
-    pair starts at half of SPEC §5's 0.2 (one co-retrieval is weak evidence)."""
-    cfg = Config()
+def test_the_search_rule_credits_the_best_two_hits_weaker_than_spec(db_path, clock):
+    """The opt-in search-time rule (``hebbian_search``) at its default constants: only the best two hits
+    of a search (of one session) are paired, and a new pair starts at half of SPEC §5's 0.2 (one
+    co-retrieval is weak evidence)."""
+    cfg = Config(hebbian_search=True)
     assert (cfg.hebbian_top, cfg.hebbian_start, cfg.hebbian_same_session) == (2, 0.1, True)
-    with Memory(db_path, embedder=None, clock=clock) as m:
+    with Memory(db_path, embedder=None, clock=clock, config=cfg) as m:
         ids = [m.add(f"incident {i} on the payment gateway", user_id="u", session_id="s")[0].id for i in range(5)]
         hits = m.search("payment gateway incident", top_k=5, user_id="u")
         assert len(hits) == 5
@@ -164,7 +165,7 @@ def test_credit_rules():
 
 def test_learned_links_never_cross_a_scope(db_path, clock):
     # across sessions allowed: only the scope rule keeps bob's chunk out
-    with Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_same_session=False)) as m:
+    with Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_search=True, hebbian_same_session=False)) as m:
         alice = m.add("quarterly billing export for alice", user_id="alice")[0].id
         bob = m.add("quarterly billing export secret of bob", user_id="bob")[0].id
         alice2 = m.add("alice renewed the billing contract", user_id="alice")[0].id
@@ -216,7 +217,7 @@ def test_a_rule_that_links_only_repeated_pairs_shows_the_repeat_at_once(db_path,
     repeat, still queued behind it, gives the link to the very next query, and the store agrees once
     the queue is written. (The overlay once forgot a weight-0 pair, so the repeat was invisible until
     the queue was written: a timer in disguise.)"""
-    cfg = Config(hebbian_start=0.0, hebbian_step=0.1, hebbian_same_session=False)
+    cfg = Config(hebbian_search=True, hebbian_start=0.0, hebbian_step=0.1, hebbian_same_session=False)
     with Memory(db_path, embedder=None, clock=clock, config=cfg) as m:
         a = m.add("alpha release of the kafka consumer", user_id="u")[0].id
         b = m.add("beta rollout of the kafka consumer", user_id="u")[0].id

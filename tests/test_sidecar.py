@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from causalmem import Memory
+from causalmem import Config, Memory
 from causalmem import sidecar
 from causalmem import views as views_module
 from causalmem.chunks import ChunkTable
@@ -346,7 +346,7 @@ def test_a_crash_after_writes_is_detected_at_the_next_open(tmp_path, journal):
     code = f"""
 import os, signal, sys
 sys.path.insert(0, {str(REPO)!r})
-from causalmem import Memory
+from causalmem import Config, Memory
 m = Memory({str(path)!r}, embedder=None)
 m.search("cache", reinforce=False)
 m.record_decision("zebra migration crashed", "unicorn outcome")
@@ -594,13 +594,14 @@ def test_a_session_that_searched_saves_its_graph_with_the_learned_links(tmp_path
     with that overlay, so the next process answers as the closing one did, without a rebuild."""
     path = tmp_path / "m.db"
     _store(path)
-    with Memory(path, embedder=None) as m:
+    cfg = Config(hebbian_search=True)  # the opt-in search-time rule: a search learns links
+    with Memory(path, embedder=None, config=cfg) as m:
         for q in QUERIES * 2:
             m.search(q, reinforce=True)
         assert m._projection._overlay.learned  # learned links in the overlay
         m.flush()
         want = [[(h.id, h.score) for h in m.search(q, reinforce=False)] for q in QUERIES]
-    with Memory(path, embedder=None) as m:
+    with Memory(path, embedder=None, config=cfg) as m:
         got = [[(h.id, h.score) for h in m.search(q, reinforce=False)] for q in QUERIES]
         assert m._projection.rebuilds == 0 and "projection" in m._views._file_seq
         assert m._projection._overlay.learned
