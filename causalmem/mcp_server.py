@@ -37,7 +37,7 @@ INSTRUCTIONS = (
     "stored (including conversations saved with add_messages and facts saved with add_fact). Correct "
     "memories with get, update, delete and history; retire a wrong causal edge with invalidate. Negative "
     "energy means 'prevented': a warning, not a prediction. Reward memories that helped (or hurt) with "
-    "feedback(chunk_id, reward)."
+    "feedback(chunk_id, reward); after answering from several hits, confirm(chunk_ids) links the ones you used."
 )
 
 RELATIONS = [r.value for r in Relation] + [k for k in META_KINDS if k not in {r.value for r in Relation}]
@@ -288,6 +288,9 @@ def build_tools() -> list[ToolSpec]:
     def feedback(mem: Any, chunk_id: str, reward: float) -> Any:
         return {"chunk_id": chunk_id, "q_value": mem.feedback(chunk_id, reward)}
 
+    def confirm(mem: Any, chunk_ids: list[str]) -> Any:
+        return {"pairs": mem.confirm(chunk_ids)}
+
     def get_all(mem: Any, limit: int = 100, metadata: Any = None, **flt: Any) -> Any:
         return mem.get_all(flt, limit=limit, metadata=metadata)
 
@@ -393,6 +396,16 @@ def build_tools() -> list[ToolSpec]:
                  _object("The memory's new Q-value.", {"chunk_id": {"type": "string"}, "q_value": {
                      "type": "number", "description": _FIELD_DOCS["q_value"]}}, ["chunk_id", "q_value"]),
                  feedback, ids=("chunk_id",)),
+        ToolSpec("confirm", "Confirm hits used together",
+                 "After answering from several hits of a search, name the ones you actually used (same user/agent/"
+                 "run scope): each pair of them gets a learned link, so a later search that finds one also "
+                 "reaches the others. A search alone links nothing. Returns how many pairs were credited.",
+                 {"chunk_ids": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
+                                "maxItems": 64, "description": "Ids of the memories (chunk ids) that were useful "
+                                "together."}},
+                 ("chunk_ids",),
+                 _object("How many pairs were credited.", {"pairs": {"type": "integer"}}, ["pairs"]),
+                 confirm, ids=("chunk_ids",)),
         ToolSpec("get", "Read one memory", "One memory by id, with its metadata.",
                  {"chunk_id": _CHUNK_ID}, ("chunk_id",), chunk_out,
                  lambda mem, chunk_id: mem.get(chunk_id), ids=("chunk_id",), read_only=True),
@@ -533,8 +546,9 @@ def build_server(memory: Any, *, user_id: str | None = None, agent_id: str | Non
         return types.ListToolsResult(tools=listed)
 
     def run(spec: ToolSpec, args: dict[str, Any]) -> Any:
-        for name in spec.ids:
-            scope.check_chunk(memory, args[name], name)
+        for name in spec.ids:  # one id, or a list of them (confirm)
+            for cid in args[name] if isinstance(args[name], list) else [args[name]]:
+                scope.check_chunk(memory, cid, name)
         for name in spec.edge_ids:
             scope.check_edge(memory, args[name])
         if spec.scoped:

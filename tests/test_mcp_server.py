@@ -25,7 +25,8 @@ ENV = {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTH
        # the PostgreSQL run of the suite (tests/conftest.py): the server opens its --db there too
        **{k: v for k, v in os.environ.items() if k.startswith("CAUSALMEM_TEST_")}}
 ALL_TOOLS = {"remember_decision", "search", "search_causal", "trace_cause", "what_if", "add_messages", "add_fact",
-             "feedback", "get", "get_all", "update", "delete", "history", "invalidate", "link", "sleep", "stats"}
+             "feedback", "confirm", "get", "get_all", "update", "delete", "history", "invalidate", "link", "sleep",
+             "stats"}
 HAVE_EXPORT = hasattr(Memory, "export")
 if HAVE_EXPORT:  # the export tool is offered when Memory has an export API (and the server is not pinned)
     ALL_TOOLS = ALL_TOOLS | {"export"}
@@ -93,6 +94,9 @@ def test_every_tool_over_stdio(tmp_path):
                                                                    "metadata": {"checked": True}}))
                 out["history"] = _data(await c.call_tool("history", {"chunk_id": cid}))
                 out["feedback"] = _data(await c.call_tool("feedback", {"chunk_id": cid, "reward": 0.5}))
+                out["confirm"] = _data(await c.call_tool("confirm", {"chunk_ids": [t["id"] for t in turns[:2]]}))
+                out["confirm_bad"] = [_error(await c.call_tool("confirm", a)) for a in (
+                    {"chunk_ids": "x"}, {"chunk_ids": [turns[0]["id"], fact["id"], "no-such-chunk"]})]
                 out["link"] = _data(await c.call_tool("link", {"src_chunk_id": turns[0]["id"],
                                                                "dst_chunk_id": fact["id"], "relation": "enabled",
                                                                "confidence": 0.7}))
@@ -123,6 +127,9 @@ def test_every_tool_over_stdio(tmp_path):
     out = _run(session)
     tools = out["tools"]
     assert set(tools) == ALL_TOOLS
+    assert out["confirm"] == {"pairs": 1}
+    assert "chunk_ids" in out["confirm_bad"][0] and "a list" in out["confirm_bad"][0]
+    assert "chunk_ids" in out["confirm_bad"][1] and "no-such-chunk" in out["confirm_bad"][1]
     for t in tools.values():  # every argument described; no unknown arguments; an output schema
         assert t.description and t.output_schema and t.output_schema["type"] == "object"
         assert t.input_schema["additionalProperties"] is False
@@ -195,6 +202,7 @@ def test_user_id_pins_every_tool_call(tmp_path):
                 out["get_alice"] = _error(await c.call_tool("get", {"chunk_id": alice.id}))
                 out["delete_alice"] = _error(await c.call_tool("delete", {"chunk_id": alice.id}))
                 out["feedback_alice"] = _error(await c.call_tool("feedback", {"chunk_id": alice.id, "reward": 1}))
+                out["confirm_alice"] = _error(await c.call_tool("confirm", {"chunk_ids": [bob.id, alice.id]}))
                 out["link_alice"] = _error(await c.call_tool("link", {"src_chunk_id": bob.id,
                                                                       "dst_chunk_id": alice.id}))
                 out["invalidate_alice"] = _error(await c.call_tool("invalidate", {"edge_id": alice_edge.id}))
@@ -209,7 +217,7 @@ def test_user_id_pins_every_tool_call(tmp_path):
     assert "user_id" not in out["search_props"] and "agent_id" in out["search_props"]
     assert [h["text"] for h in out["search"]] == ["bob's production database runs mysql"]
     assert {c["user_id"] for c in out["get_all"]} == {"bob"}
-    for key in ("get_alice", "delete_alice", "feedback_alice", "link_alice"):
+    for key in ("get_alice", "delete_alice", "feedback_alice", "link_alice", "confirm_alice"):
         assert "unknown" in out[key] and alice.id in out[key], key
     assert "unknown edge_id" in out["invalidate_alice"]
     assert "user_id" in out["as_alice"] and "fixed by the server" in out["as_alice"] and "bob" in out["as_alice"]
