@@ -62,7 +62,10 @@ class Config:
     # writes access counts only. True: a search also credits co-retrieved pairs (the rule below:
     # hebbian_top, same session, hebbian_min_ratio ...). Opt-in: 13 such search-time rules were
     # neutral within noise on LoCoMo-dev under paired cross-validation, never shown >= off
-    # (benchmarks/results/locomo_learning_rules.md); co-retrieval alone is weak evidence.
+    # (benchmarks/results/locomo_learning_rules.md); co-retrieval alone is weak evidence. With False,
+    # reinforcement on = off on LoCoMo-dev exactly (no question moves: nothing is learned unless a caller
+    # confirms); a simulated agent confirming the gold hits measures -0.002 R@10 / +0.0026 nDCG@10 there
+    # (one question; within noise): the mechanism is not shown to help on LoCoMo's independent questions.
     hebbian_search: bool = False
     # with hebbian_search, a search credits co-occurrence pairs among its best this-many hits only
     # (0 or 1: none; SPEC §5 credits every co-retrieved pair): the third hit is more often a
@@ -81,7 +84,8 @@ class Config:
     # credit a pair only when the cosine of its two chunks' vectors is at least this (0: no check;
     # a pair with a chunk lacking a vector is not credited when > 0): co-retrieval plus closeness
     hebbian_min_cosine: float = 0.0
-    # credit a pair only when the lesser hit scored at least this fraction of the group's best (0: no check):
+    # (search-time rule, with hebbian_search) credit a pair only when the lesser hit scored at least this
+    # fraction of the group's best (0: no check):
     # a second hit far below the best is more often a non-answer than a partner. At 0.7, on LoCoMo-dev
     # under paired cross-validation, reinforcement on - off is R@10 +0.001, nDCG@10 +0.0025 (the rule before,
     # with no check: -0.002 / +0.0017), all within noise; but 0.7 was chosen among 13 rules on the same
