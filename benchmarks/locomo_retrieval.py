@@ -916,7 +916,11 @@ NOTES: list[str] = [
     "0.773 in-sample, and the former let a neighbour overtake the exact match in small stores); only its "
     "weight is on the CV grid. Other tries, flat in-sample (within 0.005 R@10): candidate depth 100, 10 or "
     "30 seeds, graph cap 0.5 / 0.8, degree power 0.25 / 1.",
-    "- **Learned links** (reinforce=on): a search credits the pair of its best 2 hits when they share a session "
+    "- **Learned links** (reinforce=on): by default (`Config.hebbian_search` = False) a search writes access "
+    "counts only, which the default fusion does not read, so reinforce=on = reinforce=off question by question "
+    "here; learned links come from `Memory.confirm` (hits a caller used together), which this harness does not "
+    "call (`--paired ...:confirm` does: `results/locomo_paired_confirm.md`). With the opt-in `hebbian_search`, "
+    "a search credits the pair of its best 2 hits when they share a session "
     "(`Config.hebbian_top` = 2, `hebbian_same_session`) and the second scored >= 0.7 x the best "
     "(`hebbian_min_ratio`); a new pair starts at weight 0.1 (`hebbian_start`: one "
     "co-retrieval is weak evidence), +0.05 per repeat up to 1.0, spread with coefficient 0.5 and left out of the "
