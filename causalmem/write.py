@@ -234,17 +234,17 @@ def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
     if updates:
         store.add_edge_evidence(updates)
         views.edges_reweighted(fx, [(st[0], key[2], st[2]) for key, st in state.items() if st[6] and st[7] is None])
-    # 3. contradiction fast path (rule judge): a new success *annotates* older failures of the same
-    #    decision (superseded_by); retiring them is sleep's judge's call, never a write-time guess
-    successes = [(r, edge_id) for r, (_eid, edge_id) in zip(rows, inserted)
-                 if r["polarity"] == "positive" and r["relv"] in _EXCITATORY]
-    if successes:
-        failures = store.negative_excitatory_out_edges([r["src"] for r, _e in successes])
-        first_new = inserted[0][0]
-        notes = [(edge_id, old.eid) for r, edge_id in successes for old in failures.get(r["src"], ())
-                 if old.dst != r["dst"] and old.eid < first_new]
+    # 3. contradiction fast path (rule judge): a new success *annotates* the failures of the same
+    #    decision as they stand at its position in the batch (superseded_by); retiring them is sleep's
+    #    judge's call, never a write-time guess
+    sup: dict[int, str] = {}  # eid -> the first success of this batch that annotated it
+    srcs = {r["src"] for r in rows if r["polarity"] == "positive" and r["relv"] in _EXCITATORY}
+    if srcs:
+        notes = supersede_notes(store, wanted, state, existing, srcs)
         if notes:
             store.annotate_superseded(notes)
+            for by, eid in notes:
+                sup.setdefault(eid, by)
     # 4. in-memory views, after commit
     views.chunks_added(fx, list(map(_new_chunk, [(c.nid, t, keys[(t, sc)], now, None, q0, sc, None)
                                                       for (t, sc), c in zip(new_keys, created)])),
@@ -259,11 +259,58 @@ def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
         r = st[7]
         if r is not None:
             made[st[0]] = new_edge(st[1], id_of[r["src"]], id_of[r["dst"]], r["relv"], st[2], r["source"], st[4],
-                                   r["task_tag"], r["event_time"], True, None, now, r["subtype"], None, st[5], st[3])
+                                   r["task_tag"], r["event_time"], True, sup.get(st[0]) if sup else None, now,
+                                   r["subtype"], None, st[5], st[3])
     if len(made) < len(state):
         made.update((r.eid, r.to_edge()) for r in store.edge_rows_by_ids(
             [st[1] for st in state.values() if st[7] is None]))
     return [made[state[key][0]] for _row, key in wanted]
+
+
+def supersede_notes(store: Any, wanted: Sequence[tuple[dict[str, Any], tuple]], state: Mapping[tuple, list[Any]],
+                    existing: Mapping[tuple, Any], srcs: set[int]) -> list[tuple[str, int]]:
+    """(success edge id, failure eid) pairs to annotate, in batch order: what recording the items one
+    by one annotates. Each *new* positive excitatory edge (the first item of its key) annotates every
+    valid excitatory edge of the same decision to another outcome that is negative *at its position*:
+    one stored before the batch and untouched by it, or one this batch created or re-recorded before
+    that position, with the polarity it had there (re-recording changes it as step 2 does). The
+    store keeps the first annotation of an edge (``superseded_by IS NULL``), as one by one.
+
+    ``srcs``: the decisions of the batch's new successes. Only decisions with a failure at some
+    point of the batch are replayed (the common batch has none)."""
+    failures = store.negative_excitatory_out_edges(sorted(srcs))  # as stored now: the batch's updates in
+    hot = set(failures)
+    hot.update(k[0] for k, e in existing.items() if e.polarity == "negative")
+    hot.update(key[0] for row, key in wanted if row["polarity"] == "negative")
+    hot &= srcs
+    if not hot:
+        return []
+    touched = {st[0] for k, st in state.items() if k[0] in hot}
+    # failures the batch does not touch keep their stored polarity all along
+    fixed = {s: [(o.eid, o.dst) for o in failures.get(s, ()) if o.eid not in touched] for s in hot}
+    cur: dict[tuple, list[Any]] = {}  # key -> [eid, dst, polarity, origin] as of the current position
+    of_src: dict[int, list[list[Any]]] = {}
+    for k, e in existing.items():
+        if k[0] in hot and k[2] in _EXCITATORY:
+            cur[k] = was = [e.eid, k[1], e.polarity, e.polarity_origin]
+            of_src.setdefault(k[0], []).append(was)
+    notes: list[tuple[str, int]] = []
+    for row, key in wanted:
+        src = key[0]
+        if src not in hot or key[2] not in _EXCITATORY:
+            continue
+        c = cur.get(key)
+        if c is None:  # the first item of a new edge
+            st = state[key]
+            if row["polarity"] == "positive":
+                dst = key[1]
+                notes.extend((st[1], eid) for eid, d in fixed[src] if d != dst)
+                notes.extend((st[1], o[0]) for o in of_src.get(src, ()) if o[2] == "negative" and o[1] != dst)
+            cur[key] = new = [st[0], key[1], row["polarity"], row["polarity_origin"]]
+            of_src.setdefault(src, []).append(new)
+        elif row["polarity_origin"] == "given" or (c[3] != "given" and row["polarity"] is not None):
+            c[2], c[3] = row["polarity"], row["polarity_origin"]
+    return notes
 
 
 #: repeated evidence never makes an edge certain

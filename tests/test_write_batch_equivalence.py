@@ -5,11 +5,13 @@ pairs repeat; scopes, relations, sources, confidences, given polarities, task ta
 mixed) go into one memory through ``record_many`` and into another through ``record_decision`` per
 item. Every stored row must agree: the chunks (text, kind, scope, times, Q, importance, metadata)
 and the edges (both ends' texts, relation, subtype, confidence, evidence, polarity and its origin,
-task tag, event time, validity). The one documented difference is the contradiction fast path: a
-batch annotates only the failures that existed before it, so a failure recorded earlier in the
-*same* batch as a success is annotated item by item but not by that batch (a success of a later
-batch may annotate it then) — every other annotation must be the same. This guards the bulk path's shortcuts (rows built column-wise, polarity by text
-shape, the in-memory views filled in bulk) against the plain construction.
+task tag, event time, validity, and which edge supersedes it). The contradiction fast path
+included: a new success annotates the failures of its decision *as they stand at its position in
+the batch* (a failure recorded earlier in the same batch is annotated; one that only becomes a
+failure later in the batch is not), exactly as item by item. This guards the bulk path's shortcuts
+(rows built column-wise, polarity by text shape, the in-memory views filled in bulk, one
+annotation pass per batch) against the plain construction. The named tests below pin the
+supersession cases one at a time.
 """
 from __future__ import annotations
 
@@ -19,7 +21,6 @@ import pytest
 import rawdb
 
 from causalmem import Memory
-from causalmem.types import Relation
 
 _DECISIONS = ["restart the cache", "scale the pool", "bump the lib", "drop the index", "retry the job",
               "pin the version", "add a replica", "turn off the flag"]
@@ -84,38 +85,102 @@ def _edges(path) -> dict[tuple, tuple]:
     return out
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_record_many_stores_what_one_by_one_stores(tmp_path, seed):
-    rng = random.Random(seed)
-    batches = [[_item(rng, 100 * b + i) for i in range(rng.randrange(1, 70))] for b in range(rng.randrange(2, 5))]
+def _run_both(tmp_path, batches: list[list], search: bool = True) -> tuple[dict, dict]:
     with Memory(tmp_path / "batch.db", embedder=None) as bulk, Memory(tmp_path / "single.db", embedder=None) as single:
         for batch in batches:
             returned = bulk.record_many(batch)
             assert len(returned) == len(batch)
-            for e in returned:  # what record_many returns is what is stored
+            for e in returned:  # what record_many returns is what is stored (its annotation too)
                 assert e == bulk.get_edge(e.id)
             for item in batch:
                 single.record_decision(**item)
         # the in-memory views agree with the store: every text is found lexically, in its scope
-        for text in {t for b in batches for i in b for t in (i["decision"], i["outcome"])}:
+        for text in {t for b in batches for i in b for t in (i["decision"], i["outcome"])} if search else ():
             for mem in (bulk, single):
                 assert any(h.text == text for h in mem.search(text, top_k=50, channels=("lexical",),
                                                               reinforce=False, user_id=None)), text
     assert _chunks(tmp_path / "batch.db") == _chunks(tmp_path / "single.db")
-    got, want = _edges(tmp_path / "batch.db"), _edges(tmp_path / "single.db")
+    return _edges(tmp_path / "batch.db"), _edges(tmp_path / "single.db")
+
+
+@pytest.mark.parametrize("seed", range(256))
+def test_record_many_stores_what_one_by_one_stores(tmp_path, seed):
+    rng = random.Random(seed)
+    batches = [[_item(rng, 100 * b + i) for i in range(rng.randrange(1, 70))] for b in range(rng.randrange(2, 5))]
+    got, want = _run_both(tmp_path, batches, search=seed % 4 == 0)  # the searches: a quarter of the seeds
     assert got.keys() == want.keys()
-    batch_of = {}  # edge key -> the batch that created it
-    for b, batch in enumerate(batches):
-        for item in batch:
-            rel = item.get("relation", "caused")
-            scope = tuple(item.get(k) for k in ("user_id", "agent_id", "run_id"))
-            batch_of.setdefault((item["decision"], item["outcome"], *scope, Relation.parse(rel).value,
-                                 Relation.subtype_of(rel)), b)
     for key in want:
-        g, w = got[key], want[key]
-        assert g[:-1] == w[:-1], (key, g, w)
-        if g[-1] != w[-1]:
-            # only a failure annotated item by item by a success of its own batch may differ: the
-            # batch leaves it to a success of a later batch, if any (the first annotation stays)
-            assert w[-1] is not None and batch_of[w[-1]] == batch_of[key], (key, g, w)
-            assert g[-1] is None or batch_of[g[-1]] > batch_of[key], (key, g, w)
+        assert got[key] == want[key], key
+
+
+# -- the contradiction fast path, case by case (each failed before record_many followed batch order)
+_D = "restart the cache"
+_KEY = (None, None, None, "caused", None)
+
+
+def _sup(edges: dict, outcome: str) -> tuple | None:
+    """The key of the edge that supersedes ``_D -> outcome`` (None: not annotated)."""
+    return edges[(_D, outcome, *_KEY)][-1]
+
+
+def _success(o: str) -> dict:
+    return {"decision": _D, "outcome": o, "polarity": "positive"}
+
+
+def _failure(o: str) -> dict:
+    return {"decision": _D, "outcome": o, "polarity": "negative"}
+
+
+def test_a_failure_re_recorded_after_a_success_of_its_batch_is_not_superseded_by_it(tmp_path):
+    # W1 (a): the pair was a success when "latency improved" arrived, a failure only after it
+    got, want = _run_both(tmp_path, [[_success("memory leak fixed")],
+                                     [_success("latency improved"), _failure("memory leak fixed")]])
+    assert _sup(want, "memory leak fixed") is None
+    assert got == want
+
+
+def test_a_success_after_a_new_failure_of_its_batch_annotates_it(tmp_path):
+    # W1 (b): the failure is new in the same batch, before the success
+    got, want = _run_both(tmp_path, [[_failure("the deploy failed"), _success("tests passed")]])
+    assert _sup(want, "the deploy failed") == (_D, "tests passed", *_KEY)
+    assert got == want
+    with Memory(tmp_path / "again.db", embedder=None) as mem:  # and the edge record_many returns says so
+        fail, ok = mem.record_many([_failure("the deploy failed"), _success("tests passed")])
+        assert fail.superseded_by == ok.id and mem.get_edge(fail.id).superseded_by == ok.id
+        assert ok.superseded_by is None
+
+
+def test_a_success_before_a_new_failure_of_its_batch_does_not_annotate_it(tmp_path):
+    got, want = _run_both(tmp_path, [[_success("tests passed"), _failure("the deploy failed")]])
+    assert _sup(want, "the deploy failed") is None
+    assert got == want
+
+
+def test_a_stored_failure_re_recorded_as_a_success_after_the_batch_success_is_annotated_by_it(tmp_path):
+    # negative when "tests passed" arrived, positive by the end of the batch: annotated, as one by one
+    got, want = _run_both(tmp_path, [[_failure("the deploy failed")],
+                                     [_success("tests passed"), _success("the deploy failed")]])
+    assert _sup(want, "the deploy failed") == (_D, "tests passed", *_KEY)
+    assert got == want
+
+
+def test_a_stored_success_turned_failure_before_the_batch_success_is_annotated(tmp_path):
+    got, want = _run_both(tmp_path, [[_success("the deploy failed")],
+                                     [_failure("the deploy failed"), _success("tests passed")]])
+    assert _sup(want, "the deploy failed") == (_D, "tests passed", *_KEY)
+    assert got == want
+
+
+def test_the_first_success_at_which_an_edge_is_a_failure_annotates_it(tmp_path):
+    # two successes in one batch: the failure exists only from between them on
+    got, want = _run_both(tmp_path, [[_success("tests passed"), _failure("the deploy failed"),
+                                      _success("latency improved"), _success("queue drained")]])
+    assert _sup(want, "the deploy failed") == (_D, "latency improved", *_KEY)
+    assert _sup(want, "tests passed") is None
+    assert got == want
+
+
+def test_a_success_re_recorded_as_a_failure_in_its_batch_is_annotated_by_a_later_success(tmp_path):
+    got, want = _run_both(tmp_path, [[_success("tests passed"), _failure("tests passed"), _success("queue drained")]])
+    assert _sup(want, "tests passed") == (_D, "queue drained", *_KEY)
+    assert got == want
