@@ -29,15 +29,26 @@ def _batch(k: int, n: int = 1000) -> list[tuple[str, str]]:
     return [(f"b{k} we turned on setting {i}", f"b{k} the queue {i} drained") for i in range(n)]
 
 
-def _wal_frames(db: Path) -> tuple[int, int]:
-    """(frames in the log, frames of it already in the database file), read by a passive checkpoint
-    of a connection of its own that copies nothing new: asked right after the background one finished."""
-    con = sqlite3.connect(db)
-    try:
-        _busy, log, done = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        return log, done
-    finally:
-        con.close()
+def _wal_size(db: Path) -> int:
+    return os.path.getsize(str(db) + "-wal")
+
+
+def _fill_past_the_threshold(mem: Memory, db: Path, page: int, k: int = 0) -> int:
+    """1,000-pair batches until the log holds ``CHECKPOINT_PAGES``; the next batch number."""
+    while _wal_size(db) < S.CHECKPOINT_PAGES * page:
+        mem.record_many(_batch(k))
+        k += 1
+    return k
+
+
+def _wait_for(ck, n: int) -> None:
+    """Until the checkpointer has finished ``n`` checkpoints (the deadline only guards a hang)."""
+    deadline = time.monotonic() + 120
+    while ck.done < n:
+        assert time.monotonic() < deadline, f"the checkpointer ran {ck.done} checkpoints, not {n}"
+        time.sleep(0.01)
+    with ck.lock:  # and is not in the middle of another one
+        pass
 
 
 def test_the_log_is_checkpointed_by_the_thread_not_by_the_commit(tmp_path):
@@ -55,24 +66,97 @@ def test_the_log_is_checkpointed_by_the_thread_not_by_the_commit(tmp_path):
 
         ck._run = run  # type: ignore[method-assign]
         page = store.conn.execute("PRAGMA page_size").fetchone()[0]
+        file_before = os.path.getsize(db)
         k = 0
-        while os.path.getsize(str(db) + "-wal") < S.CHECKPOINT_PAGES * page:  # fill the log past the size
+        while _wal_size(db) < S.CHECKPOINT_PAGES * page:  # fill the log past the size
             assert ck._thread is None  # nothing asked for a checkpoint yet
             mem.record_many(_batch(k))
             k += 1
-        deadline = time.monotonic() + 120
-        while ck.done == 0:
-            assert time.monotonic() < deadline, "the checkpointer never ran"
-            time.sleep(0.01)
+        # the commits copied nothing into the database file themselves
+        assert os.path.getsize(db) == file_before
+        _wait_for(ck, 1)
         assert runs == ["causalmem-checkpoint"]
-        with ck.lock:  # no checkpoint in progress: the log is in the file up to its last frame
-            log, done = _wal_frames(db)
-        assert log > 0 and done == log
+        # the thread's own checkpoint copied the whole log (the writer is idle, no reader holds a
+        # snapshot) into the database file, which now holds the batches' pages
+        _busy, log, done = ck.last
+        assert log >= S.CHECKPOINT_PAGES and done == log
+        assert os.path.getsize(db) >= file_before + S.CHECKPOINT_PAGES * page // 2
         n = len(mem.search_causal("b0 we turned on setting 7"))
         assert n == 1
     assert not os.path.exists(str(db) + "-wal")  # the last connection closed: log checkpointed and removed
     assert ck._thread is not None and not ck._thread.is_alive()
     assert not any(t.name == "causalmem-checkpoint" and t.is_alive() for t in threading.enumerate())
+    with sqlite3.connect(db) as con:  # nothing lost
+        assert con.execute("SELECT COUNT(*) FROM edges").fetchone()[0] == 1000 * k
+
+
+def test_after_a_checkpoint_the_next_commit_restarts_the_log_truncated(tmp_path):
+    """The -wal file stays bounded while writes go on: each finished background checkpoint lets the
+    next commit start the log again from its beginning, and ``journal_size_limit 0`` cuts the file
+    to what that commit wrote (a checkpointer that copies nothing leaves it growing; without the
+    limit the file keeps its high-water size)."""
+    db = tmp_path / "m.db"
+    with Memory(db, embedder=None) as mem:
+        ck = mem._store._checkpointer
+        page = mem._store.conn.execute("PRAGMA page_size").fetchone()[0]
+        k = 0
+        for round_ in range(3):
+            k = _fill_past_the_threshold(mem, db, page, k)
+            assert _wal_size(db) >= S.CHECKPOINT_PAGES * page
+            _wait_for(ck, round_ + 1)
+            mem.record_decision(f"round {round_} small decision", f"round {round_} small outcome")
+            assert _wal_size(db) < 100 * page, (round_, _wal_size(db) // page)
+        assert ck.done == 3
+        assert [a.text for a in mem.search_causal("b0 we turned on setting 7")] == ["b0 the queue 7 drained"]
+        assert len(mem.search_causal("round 1 small decision")) == 1
+
+
+def test_small_commits_past_the_threshold_do_not_each_wake_the_checkpointer(tmp_path):
+    """K1: once the log passed ``CHECKPOINT_PAGES`` and a checkpoint is under way (it cannot restart
+    the log yet), the commits that follow ask for another one only per ``CHECKPOINT_PAGES`` new
+    pages, not each time; once it is done, the log restarts small and small commits ask for none.
+    Counted at the commit side, every wait on a state, not on a clock."""
+    db = tmp_path / "m.db"
+    with Memory(db, embedder=None) as mem:
+        ck = mem._store._checkpointer
+        page = mem._store.conn.execute("PRAGMA page_size").fetchone()[0]
+        requests = []
+        real = ck.request
+
+        def request():
+            requests.append(_wal_size(db))
+            real()
+
+        ck.request = request  # type: ignore[method-assign]
+        n = 40
+        with ck.lock:  # a checkpoint "in progress": the thread waits, the log is not restarted
+            k = _fill_past_the_threshold(mem, db, page)
+            assert len(requests) == 1  # the commit that filled it
+            before = _wal_size(db)
+            for i in range(n):
+                mem.record_decision(f"small decision {i}", f"small outcome {i}")
+            grown = (_wal_size(db) - before) // page
+            assert len(requests) - 1 <= grown // S.CHECKPOINT_PAGES + 1 < n // 4, (len(requests), grown)
+            assert ck.done == 0
+            # the thread took the first wake-up (it waits for the lock now) ...
+            deadline = time.monotonic() + 120
+            while ck._wake.is_set():
+                assert time.monotonic() < deadline, "the checkpointer thread never woke"
+                time.sleep(0.01)
+            # ... and a log grown by another CHECKPOINT_PAGES asks again, checkpoint or not
+            asked, target = len(requests), requests[-1] + S.CHECKPOINT_PAGES * page
+            while _wal_size(db) < target:
+                mem.record_many(_batch(k))
+                k += 1
+            assert len(requests) == asked + 1
+        _wait_for(ck, 2)  # the two wake-ups: two checkpoints, then the thread sleeps
+        # the log is in the file: the next commit restarts it small, and small commits ask for nothing
+        asked = len(requests)
+        for i in range(n):
+            mem.record_decision(f"later decision {i}", f"later outcome {i}")
+        assert len(requests) == asked and _wal_size(db) < S.CHECKPOINT_PAGES * page
+        assert ck.done == 2
+        assert len(mem.search_causal("small decision 39")) == 1
 
 
 def test_compact_waits_for_a_checkpoint_in_progress(tmp_path):

@@ -254,6 +254,7 @@ class _Checkpointer:
         self.lock = threading.Lock()  # held while a checkpoint runs (``compact`` and ``close`` wait)
         self._thread: threading.Thread | None = None
         self.done = 0  # checkpoints run (tests look at it)
+        self.last: tuple[int, int, int] | None = None  # the last one's (busy, log frames, frames copied)
 
     def request(self) -> None:
         if self._stop:
@@ -276,7 +277,7 @@ class _Checkpointer:
                         if conn is None:
                             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                                    timeout=self.busy_timeout_ms / 1000)
-                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                        self.last = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                         self.done += 1
                     except sqlite3.Error as exc:  # the writer's own auto-checkpoint is the safety net
                         log.debug("causalmem: background checkpoint of %s failed: %s", self.path, exc)
