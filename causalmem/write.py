@@ -274,7 +274,8 @@ def supersede_notes(store: Any, wanted: Sequence[tuple[dict[str, Any], tuple]], 
     valid excitatory edge of the same decision to another outcome that is negative *at its position*:
     one stored before the batch and untouched by it, or one this batch created or re-recorded before
     that position, with the polarity it had there (re-recording changes it as step 2 does). The
-    store keeps the first annotation of an edge (``superseded_by IS NULL``), as one by one.
+    store keeps an edge's first annotation (``superseded_by IS NULL``), so each failure is noted
+    once, by the first success that finds it: linear in the batch, however many successes.
 
     ``srcs``: the decisions of the batch's new successes. Only decisions with a failure at some
     point of the batch are replayed (the common batch has none)."""
@@ -286,30 +287,42 @@ def supersede_notes(store: Any, wanted: Sequence[tuple[dict[str, Any], tuple]], 
     if not hot:
         return []
     touched = {st[0] for k, st in state.items() if k[0] in hot}
-    # failures the batch does not touch keep their stored polarity all along
-    fixed = {s: [(o.eid, o.dst) for o in failures.get(s, ()) if o.eid not in touched] for s in hot}
-    cur: dict[tuple, list[Any]] = {}  # key -> [eid, dst, polarity, origin] as of the current position
-    of_src: dict[int, list[list[Any]]] = {}
+    # per decision: its failures as of the current position not noted yet (eid -> dst); the ones the
+    # batch does not touch keep their stored polarity all along
+    pending: dict[int, dict[int, int]] = {s: {o.eid: o.dst for o in failures.get(s, ()) if o.eid not in touched}
+                                          for s in hot}
+    cur: dict[tuple, list[Any]] = {}  # key -> [eid, polarity, origin] of the batch's edges, as of the position
     for k, e in existing.items():
         if k[0] in hot and k[2] in _EXCITATORY:
-            cur[k] = was = [e.eid, k[1], e.polarity, e.polarity_origin]
-            of_src.setdefault(k[0], []).append(was)
+            cur[k] = [e.eid, e.polarity, e.polarity_origin]
+            if e.polarity == "negative":
+                pending[k[0]][e.eid] = k[1]
+    noted: set[int] = set()
     notes: list[tuple[str, int]] = []
     for row, key in wanted:
         src = key[0]
         if src not in hot or key[2] not in _EXCITATORY:
             continue
         c = cur.get(key)
+        polarity = row["polarity"]
         if c is None:  # the first item of a new edge
             st = state[key]
-            if row["polarity"] == "positive":
-                dst = key[1]
-                notes.extend((st[1], eid) for eid, d in fixed[src] if d != dst)
-                notes.extend((st[1], o[0]) for o in of_src.get(src, ()) if o[2] == "negative" and o[1] != dst)
-            cur[key] = new = [st[0], key[1], row["polarity"], row["polarity_origin"]]
-            of_src.setdefault(src, []).append(new)
-        elif row["polarity_origin"] == "given" or (c[3] != "given" and row["polarity"] is not None):
-            c[2], c[3] = row["polarity"], row["polarity_origin"]
+            pend = pending[src]
+            if polarity == "positive" and pend:
+                found = [eid for eid, dst in pend.items() if dst != key[1]]
+                notes.extend((st[1], eid) for eid in found)
+                noted.update(found)
+                for eid in found:
+                    del pend[eid]
+            cur[key] = [st[0], polarity, row["polarity_origin"]]
+            if polarity == "negative":
+                pend[st[0]] = key[1]
+        elif row["polarity_origin"] == "given" or (c[2] != "given" and polarity is not None):
+            if polarity == "negative" and c[1] != "negative" and c[0] not in noted:
+                pending[src][c[0]] = key[1]
+            elif polarity != "negative" and c[1] == "negative":
+                pending[src].pop(c[0], None)
+            c[1], c[2] = polarity, row["polarity_origin"]
     return notes
 
 

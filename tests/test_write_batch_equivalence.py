@@ -184,3 +184,21 @@ def test_a_success_re_recorded_as_a_failure_in_its_batch_is_annotated_by_a_later
     got, want = _run_both(tmp_path, [[_success("tests passed"), _failure("tests passed"), _success("queue drained")]])
     assert _sup(want, "tests passed") == (_D, "queue drained", *_KEY)
     assert got == want
+
+
+def test_one_decision_with_many_successes_and_failures_in_one_batch(tmp_path):
+    # dense: every success meets failures stored before, new in the batch, re-recorded either way,
+    # and a failure to its own outcome under the other excitatory relation (never annotated by it)
+    rng = random.Random(7)
+
+    def item() -> dict:
+        it = {"decision": _D, "outcome": f"outcome {rng.randrange(40)}", "relation": rng.choice(["caused", "enabled"])}
+        pol = rng.choice(["positive", "negative", "positive", "negative", "mixed", None])
+        if pol is not None:
+            it["polarity"] = pol
+        return it
+
+    batches = [[item() for _ in range(60)], [item() for _ in range(400)], [item() for _ in range(200)]]
+    got, want = _run_both(tmp_path, batches, search=False)
+    assert sum(v[-1] is not None for v in want.values()) > 10  # many annotations, all alike
+    assert got == want
