@@ -58,31 +58,33 @@ def _chunks(path) -> list[tuple]:
     con = rawdb.connect(path, read_only=True)
     try:
         rows = con.execute("SELECT text, kind, user_id, agent_id, run_id, session_id, event_time, q_value, importance, "
-                           "access_count, metadata, valid_to FROM chunks").fetchall()
+                           "access_count, metadata, valid_to IS NULL FROM chunks").fetchall()
     finally:
         con.close()
     return sorted(rows, key=repr)
 
 
 def _edges(path) -> dict[tuple, tuple]:
-    """(src text, dst text, scope, relation, subtype) -> the stored edge's fields, the superseding
-    edge named by its own key (ids differ between the two memories)."""
+    """(src text, dst text, scope, relation, subtype, n) -> the stored edge's fields (n: its rank among
+    the edges with those, by age), the superseding edge named by its own key (ids differ between
+    the two memories)."""
     con = rawdb.connect(path, read_only=True)
     try:
         rows = con.execute(
             "SELECT e.id, s.text, d.text, s.user_id, s.agent_id, s.run_id, e.relation, e.subtype, e.rel_code, "
             "e.confidence, e.source, e.polarity, e.polarity_origin, e.task_tag, e.event_time, e.evidence, "
-            "e.valid_to, e.invalid_reason, e.superseded_by FROM edges e JOIN chunks s ON s.nid = e.src "
-            "JOIN chunks d ON d.nid = e.dst").fetchall()
+            "e.valid_to IS NULL, e.invalid_reason, e.superseded_by FROM edges e JOIN chunks s ON s.nid = e.src "
+            "JOIN chunks d ON d.nid = e.dst ORDER BY e.eid").fetchall()
     finally:
         con.close()
-    key_of = {r[0]: tuple(r[1:8]) for r in rows}
-    out = {}
+    key_of: dict[str, tuple] = {}
+    seen: dict[tuple, int] = {}
     for r in rows:
-        key = tuple(r[1:8])
-        assert key not in out, f"two edges for {key}"
-        out[key] = (round(r[9], 12),) + tuple(r[8:9]) + tuple(r[10:18]) + (key_of.get(r[18]) if r[18] else None,)
-    return out
+        base = tuple(r[1:8])
+        key_of[r[0]] = base + (seen.get(base, 0),)
+        seen[base] = seen.get(base, 0) + 1
+    return {key_of[r[0]]: (round(r[9], 12),) + tuple(r[8:9]) + tuple(r[10:18]) + (key_of.get(r[18]) if r[18] else None,)
+            for r in rows}
 
 
 def _run_both(tmp_path, batches: list[list], search: bool = True) -> tuple[dict, dict]:
@@ -115,7 +117,7 @@ def test_record_many_stores_what_one_by_one_stores(tmp_path, seed):
 
 # -- the contradiction fast path, case by case (each failed before record_many followed batch order)
 _D = "restart the cache"
-_KEY = (None, None, None, "caused", None)
+_KEY = (None, None, None, "caused", None, 0)
 
 
 def _sup(edges: dict, outcome: str) -> tuple | None:
@@ -202,3 +204,111 @@ def test_one_decision_with_many_successes_and_failures_in_one_batch(tmp_path):
     got, want = _run_both(tmp_path, batches, search=False)
     assert sum(v[-1] is not None for v in want.values()) > 10  # many annotations, all alike
     assert got == want
+
+
+# -- batches with other writes between them (the same on both memories, addressed by content)
+def _chunk_id(path, text: str, scope: tuple) -> str | None:
+    con = rawdb.connect(path, read_only=True)
+    try:
+        row = con.execute("SELECT id FROM chunks WHERE text = ? AND user_id IS NOT DISTINCT FROM ? AND "
+                          "agent_id IS NOT DISTINCT FROM ? AND run_id IS NOT DISTINCT FROM ? AND valid_to IS NULL",
+                          (text, *scope)).fetchone()
+    finally:
+        con.close()
+    return row[0] if row else None
+
+
+def _edge_id(path, key: tuple) -> str:
+    """The id of the edge ``_edges`` names ``key``."""
+    con = rawdb.connect(path, read_only=True)
+    try:
+        rows = con.execute(
+            "SELECT e.id FROM edges e JOIN chunks s ON s.nid = e.src JOIN chunks d ON d.nid = e.dst WHERE s.text = ? "
+            "AND d.text = ? AND s.user_id IS NOT DISTINCT FROM ? AND s.agent_id IS NOT DISTINCT FROM ? AND "
+            "s.run_id IS NOT DISTINCT FROM ? AND e.relation = ? AND e.subtype IS NOT DISTINCT FROM ? ORDER BY e.eid",
+            key[:7]).fetchall()
+    finally:
+        con.close()
+    return rows[key[7]][0]
+
+
+def _live(path) -> list[tuple]:
+    con = rawdb.connect(path, read_only=True)
+    try:
+        return sorted(con.execute("SELECT text, user_id, agent_id, run_id FROM chunks WHERE valid_to IS NULL"
+                                  ).fetchall(), key=repr)
+    finally:
+        con.close()
+
+
+def _operate(rng: random.Random, mems: dict, serial: int) -> None:
+    """One random write other than record_*, done alike on both memories (or refused alike)."""
+    path = next(iter(mems))
+    edges = _edges(path)
+    live = _live(path)
+    op = rng.choice(["invalidate", "restore", "delete", "link", "link", "feedback", "update"])
+    calls = {}
+    # an edge to invalidate: a valid one; to restore: one invalidated or superseded (valid flag, superseding key)
+    keys = sorted((k for k, v in edges.items() if v[8] == (op == "invalidate") or (op == "restore" and v[-1])), key=repr)
+    if op in ("invalidate", "restore") and keys:
+        key = rng.choice(keys)
+        calls = {p: (lambda m, e=_edge_id(p, key): getattr(m, op)(e)) for p in mems}
+    elif op in ("delete", "feedback", "update") and live:
+        text, *scope = rng.choice(live)
+        ids = {p: _chunk_id(p, text, tuple(scope)) for p in mems}
+        if op == "delete":
+            calls = {p: (lambda m, c=ids[p]: m.delete(c)) for p in mems}
+        elif op == "feedback":
+            reward = rng.choice([-1.0, 0.5, 1.0])
+            calls = {p: (lambda m, c=ids[p]: m.feedback(c, reward)) for p in mems}
+        else:
+            new = rng.choice(_DECISIONS + _OUTCOMES + [f"renamed {serial}"])
+            calls = {p: (lambda m, c=ids[p]: m.update(c, new)) for p in mems}
+    elif op == "link" and len(live) > 1:
+        a, b = rng.sample(live, 2)
+        if a[1:] != b[1:]:
+            b = next((c for c in live if c[1:] == a[1:] and c != a), None)
+        if b is not None:
+            rel = rng.choice(["caused", "enabled", "prevented", "refines"])
+            pol = rng.choice(["positive", "negative", None])
+            calls = {p: (lambda m, x=_chunk_id(p, a[0], a[1:]), y=_chunk_id(p, b[0], b[1:]):
+                         m.link(x, y, rel, polarity=pol)) for p in mems}
+    outcome = set()
+    for p, call in calls.items():
+        try:
+            call(mems[p])
+            outcome.add("ok")
+        except ValueError as exc:  # e.g. restoring an edge whose chunk was deleted: refused alike
+            outcome.add(type(exc).__name__ + str(exc).split("'")[0])
+    assert len(outcome) <= 1, (op, outcome)
+
+
+@pytest.mark.parametrize("seed", range(64))
+def test_record_many_matches_one_by_one_with_other_writes_between_batches(tmp_path, seed):
+    rng = random.Random(10_000 + seed)
+    with Memory(tmp_path / "batch.db", embedder=None) as bulk, Memory(tmp_path / "single.db", embedder=None) as single:
+        mems = {tmp_path / "batch.db": bulk, tmp_path / "single.db": single}
+        for b in range(rng.randrange(3, 7)):
+            batch = [_item(rng, 100 * b + i) for i in range(rng.randrange(1, 50))]
+            for it in batch:  # chains: an outcome recorded as a decision, a decision as an outcome
+                if rng.random() < 0.15:
+                    it["outcome"] = rng.choice([d for d in _DECISIONS if d != it["decision"]])
+                elif rng.random() < 0.1:
+                    it["decision"] = rng.choice([o for o in _OUTCOMES if o != it["outcome"]])
+            for e in bulk.record_many(batch):
+                assert e == bulk.get_edge(e.id)
+            for it in batch:
+                single.record_decision(**it)
+            for k in range(rng.randrange(0, 6)):
+                _operate(rng, mems, 100 * b + k)
+        live = _live(tmp_path / "batch.db")
+        assert live == _live(tmp_path / "single.db")
+        for text, *scope in live[:: max(1, len(live) // 12)]:  # the in-memory views: a sample of the texts
+            for mem in (bulk, single):
+                assert any(h.text == text for h in mem.search(text, top_k=50, channels=("lexical",), reinforce=False,
+                                                              user_id=None)), text
+    assert _chunks(tmp_path / "batch.db") == _chunks(tmp_path / "single.db")
+    got, want = _edges(tmp_path / "batch.db"), _edges(tmp_path / "single.db")
+    assert got.keys() == want.keys()
+    for key in want:
+        assert got[key] == want[key], key
