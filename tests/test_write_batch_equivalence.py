@@ -101,6 +101,11 @@ def _run_both(tmp_path, batches: list[list], search: bool = True) -> tuple[dict,
             for mem in (bulk, single):
                 assert any(h.text == text for h in mem.search(text, top_k=50, channels=("lexical",),
                                                               reinforce=False, user_id=None)), text
+        # and the graph projections: the same spread from every decision (same ids, same order)
+        for d in {i["decision"] for b in batches for i in b} if search else ():
+            spread = [[(a.text, round(a.energy, 9), a.superseded_by is not None)
+                       for a in mem.search_causal(d, limit=10, user_id=None)] for mem in (bulk, single)]
+            assert spread[0] == spread[1], d
     assert _chunks(tmp_path / "batch.db") == _chunks(tmp_path / "single.db")
     return _edges(tmp_path / "batch.db"), _edges(tmp_path / "single.db")
 
@@ -307,6 +312,10 @@ def test_record_many_matches_one_by_one_with_other_writes_between_batches(tmp_pa
             for mem in (bulk, single):
                 assert any(h.text == text for h in mem.search(text, top_k=50, channels=("lexical",), reinforce=False,
                                                               user_id=None)), text
+        for d in _DECISIONS:  # the graph projections after the invalidations, restores and deletes
+            spread = [[(a.text, round(a.energy, 9), a.superseded_by is not None)
+                       for a in mem.search_causal(d, limit=10, user_id=None)] for mem in (bulk, single)]
+            assert spread[0] == spread[1], d
     assert _chunks(tmp_path / "batch.db") == _chunks(tmp_path / "single.db")
     got, want = _edges(tmp_path / "batch.db"), _edges(tmp_path / "single.db")
     assert got.keys() == want.keys()
