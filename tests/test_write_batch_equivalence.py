@@ -321,3 +321,20 @@ def test_record_many_matches_one_by_one_with_other_writes_between_batches(tmp_pa
     assert got.keys() == want.keys()
     for key in want:
         assert got[key] == want[key], key
+
+
+def test_a_batch_over_more_decisions_than_one_store_query_takes(tmp_path):
+    # the store reads the batch's decisions' edges in chunks of a few hundred ids: 640-odd decisions,
+    # pairs stored before and re-recorded, successes and failures across the chunk boundaries
+    rng = random.Random(3)
+
+    def item(i: int) -> dict:
+        it = _item(rng, i)
+        it["decision"] = f"decision {rng.randrange(800)}"
+        if rng.random() < 0.7:
+            it["outcome"] = rng.choice(_OUTCOMES)
+        return it
+
+    got, want = _run_both(tmp_path, [[item(i) for i in range(400)], [item(1000 + i) for i in range(900)]], search=False)
+    assert len({k[0] for k in want}) > 500 and sum(v[-1] is not None for v in want.values()) > 5
+    assert got == want
