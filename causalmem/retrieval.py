@@ -135,6 +135,21 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
     p = params or _params_for(views.config)
     fusion = DEFAULT_FUSION if fusion == "auto" else fusion
     top_k = int(top_k)
+    # a server backend sends its change check as the ranking starts and reads the reply after it
+    # (ranked again, in step, if another host committed meanwhile); the reinforcement is queued
+    # once, after the answer stands (``read_once``: the ranking itself writes nothing)
+    hits, chosen, chosen_scores = views.store.read_once(lambda: _ranked(
+        views, query, top_k, chans, fusion, explain, scope, meta_filter, t_since, t_until, p))
+    if reinforce and hits:
+        with views.lock:
+            _reinforce(views, chosen, chosen_scores)
+    return hits
+
+
+def _ranked(views: Views, query: str, top_k: int, chans: tuple[str, ...], fusion: str, explain: bool,
+            scope: dict, meta_filter: Any, t_since: float | None, t_until: float | None,
+            p: RetrievalParams) -> tuple[list[Hit], list[int], dict[int, float]]:
+    """The hits of ``search``, the nids it returned (best first) and their scores; reads only."""
     depth = max(p.candidates, 2 * top_k)
     qvec = None
     encoded = None
@@ -176,7 +191,7 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
                                               lex_sc.astype(np.float64) / lex_max,
                                               cos, vec_ids, vec_sc, p, lex_vectors)
             if not len(nids):
-                return []
+                return [], [], {}
             if p.prf_terms and "lexical" in chans:
                 nids, scores = _second_pass(views, lexical, query, mask, nids, scores, lex_ids, depth, p)
         else:
@@ -190,7 +205,7 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
             # -- rank / score fusion ----------------------------------------------------
             cand = set(lex_norm) | set(cos) | set(act)
             if not cand:
-                return []
+                return [], [], {}
             nids = np.fromiter(cand, dtype=np.int64, count=len(cand))
             if fusion == "rrf":
                 scores = _rrf(nids, lex_rank, vec_rank, act, p.rrf_k)
@@ -238,9 +253,7 @@ def search(views: Views, query: Any, *, top_k: int = 10, user_id=None, agent_id=
                             event_time=row.event_time, user_id=row.user_id, agent_id=row.agent_id, run_id=row.run_id,
                             session_id=row.session_id, superseded_by=sup.get(n), signals=signals,
                             metadata=json.loads(row.metadata) if row.metadata and row.metadata != "{}" else {}))
-        if reinforce and hits:
-            _reinforce(views, [n for n in chosen if n in rows], chosen_scores)
-        return hits
+        return hits, [n for n in chosen if n in rows], chosen_scores
 
 
 def _metadata_mask(views: Views, mask: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:

@@ -38,6 +38,7 @@ from .store.base import ChunkColumns, EmbeddingRow, StoreBackend, text_hash
 from . import learning
 from .errors import StoreError
 from .types import Relation, check_clock_value
+from .reinforce_flush import Flusher, credit_rows
 from .write_gate import WriteGate
 
 log = logging.getLogger("causalmem")
@@ -168,7 +169,11 @@ class Views:
         self._queued_since = 0.0
         # co-occurrence weight the queued searches will add, visible to the next query already
         self._pending_co: dict[tuple[int, int], float] = {}
-        self.projection.pending_learned = lambda: [(a, b, d) for (a, b), d in self._pending_co.items()]
+        # ... and the credit of the batch a server backend's flusher thread is writing (``reinforce_flush``)
+        self._flushing_co: dict[tuple[int, int], float] = {}
+        self.projection.pending_learned = lambda: [(a, b, d) for (a, b), d in self._pending_all().items()]
+        # a server backend writes the queue off the search call, on its own connection
+        self._flusher: Flusher | None = Flusher(self) if hasattr(store, "writer_twin") else None
         self.reinforce_off: str | None = "the database was opened read-only" if store.read_only else None
         self._reinforce_off_logged = False
         self._worker: EmbeddingWorker | None = None
@@ -343,6 +348,8 @@ class Views:
                 self.drop_reinforcement(str(exc))
             finally:
                 try:
+                    if self._flusher is not None:
+                        self._flusher.close()
                     self.save_sidecars()  # never raises
                     self.stamp_vectors()  # never raises
                 finally:
@@ -1233,11 +1240,17 @@ class Views:
                         self.store.path, dropped)
         if len(self._queued) >= self.config.reinforce_batch or \
                 time.monotonic() - self._queued_since >= self.config.reinforce_seconds:
-            self.flush_reinforcement(wait=False, sync=False)
+            if self._flusher is not None:
+                self._flusher.wake()  # written on the flusher's connection, not inside this search
+            else:
+                self.flush_reinforcement(wait=False, sync=False)
 
     def flush_reinforcement(self, *, wait: bool = True, sync: bool = True) -> int:
         """Write the queued reinforcement now; returns how many searches were written. With
-        ``wait=False`` a busy write lock leaves the queue for later instead of waiting."""
+        ``wait=False`` a busy write lock leaves the queue for later instead of waiting. With ``wait``
+        a batch the flusher thread is writing is waited for first (the lock released meanwhile)."""
+        if wait and self._flusher is not None:
+            self._flusher.join()
         if not self._queued or self.reinforce_off is not None:
             return 0
         n = len(self._queued)
@@ -1287,9 +1300,10 @@ class Views:
         """Co-occurrence weight of every learned pair ``(a < b)`` among ``nids``: the store's plus the
         credit still queued (what the next write will hold)."""
         got = self.store.cooccurrence_weights(sorted({int(n) for n in nids}))
-        if self._pending_co:
+        pending = self._pending_all()
+        if pending:
             want = {int(n) for n in nids}
-            for (a, b), d in self._pending_co.items():
+            for (a, b), d in pending.items():
                 if a in want and b in want:
                     got[(a, b)] = got.get((a, b), 0.0) + d
         return got
@@ -1303,8 +1317,8 @@ class Views:
             pairs = learning.hebbian_pairs(g, learning.MAX_HEBBIAN_NIDS)
             stored = self.store.cooccurrence_weights(sorted(set(g)))
             for key in pairs:
-                w, pend = stored.get(key), self._pending_co.get(key)
-                cur = None if w is None and pend is None else (w or 0.0) + (pend or 0.0)
+                w, pend, fly = stored.get(key), self._pending_co.get(key), self._flushing_co.get(key)
+                cur = None if w is None and pend is None and fly is None else (w or 0.0) + (pend or 0.0) + (fly or 0.0)
                 delta = learning.next_hebbian_weight(cur, self.config) - (cur or 0.0)
                 # a pair credited at weight 0 (Config.hebbian_start = 0) is remembered too: its next
                 # credit is a repeat and must give the link at once, as the queue write will
@@ -1313,6 +1327,39 @@ class Views:
                     deltas.append((key[0], key[1], delta))
         if deltas:
             self.projection.learned_links(deltas)
+
+    def _pending_all(self) -> dict[tuple[int, int], float]:
+        """The co-occurrence credit not in the store yet: queued, plus the batch being written."""
+        if not self._flushing_co:
+            return self._pending_co
+        out = dict(self._flushing_co)
+        for key, d in self._pending_co.items():
+            out[key] = out.get(key, 0.0) + d
+        return out
+
+    def reinforcement_adopted(self, done: tuple[int, dict, list[int] | None, list[tuple]],
+                              batch: Sequence[tuple[float, list[int], list[list[int]]]]) -> None:
+        """The flusher's commit of ``batch`` (its ``last_write``), taken in as an own write's effects
+        would be (the caller holds the lock): the row cache from what the write returned, the chunk
+        table's importance, the views' sequence."""
+        seq, touched = done[0], done[1]
+        exact = getattr(self.store, "adopt_write")(seq, *done[1:])
+        table = self.chunks
+        if table is not None:
+            nids = [n for n in dict.fromkeys(n for _t, ns, _g in batch for n in ns) if n < table.n]
+            if exact:
+                got = [(n, touched[n][1]) for n in nids if n in touched]
+            else:  # a later commit was applied first: the rows as they are now
+                got = [(n, r.importance) for n, r in self.store.chunk_rows_by_nid(nids).items()]
+            if got:
+                idx = np.fromiter((n for n, _ in got), dtype=np.int64, count=len(got))
+                table.importance[idx] = np.asarray([v for _, v in got], dtype=np.float32)
+        self._dirty.add("chunks")
+        if self._seq is not None:
+            self._seq = seq if self._seq == seq - 1 else None
+        vi = self.vectors
+        if vi is not None and vi.seq is not None:
+            vi.seq = seq if vi.seq == seq - 1 else None
 
     def _forget_pending(self) -> None:
         """Queued reinforcement was dropped: the projection is re-read from the store (and what is
@@ -1331,19 +1378,11 @@ class Views:
         written once per pair, with the weights ``learning.hebbian_credit`` would have left after
         crediting the groups one by one in queue order."""
         self.store.touch_chunks_batch([(nids, t) for t, nids, _groups in queued])
-        credits = [(t, g) for t, _nids, groups in queued for g in groups]
-        if credits:
-            stored = self.store.cooccurrence_weights(sorted({n for _t, g in credits for n in g}))
-            final: dict[tuple[int, int], list] = {}  # pair -> [weight, credits, last time]
-            for t, g in credits:
-                for key in learning.hebbian_pairs(g, learning.MAX_HEBBIAN_NIDS):
-                    got = final.get(key)
-                    if got is None:
-                        final[key] = [learning.next_hebbian_weight(stored.get(key), self.config), 1, t]
-                    else:
-                        got[0], got[1], got[2] = learning.next_hebbian_weight(got[0], self.config), got[1] + 1, t
+        rows, groups = credit_rows(self.store, queued, self.config)
+        if groups:
+            for g in groups:
                 self._note("o", g)
-            self.store.credit_cooccurrence([(a, b, w, n, t) for (a, b), (w, n, t) in final.items()])
+            self.store.credit_cooccurrence(rows)
         self.accessed(fx, [n for _t, nids, _groups in queued for n in nids])
         fx.append(self._pending_co.clear)  # the store holds them now (the overlay keeps showing them)
 

@@ -66,10 +66,10 @@ def test_an_unchanged_memory_answers_each_query_with_one_round_trip(pg_dsn, monk
             meta = mem.search("caching", channels=("lexical",), reinforce=False, metadata={"team": "core"})
             assert [h.text for h in meta] == ["decision 7 about caching"]
             sent = count.sent[before:]
-            # one check per query, nothing else: search_causal sends its own ahead of its work
-            # (``read_once``, straight on the connection, not through a cursor)
-            assert mem._store.checks_sent - ahead == 1
-            assert sent == ["SELECT seq FROM causalmem_state"] * 2, sent
+            # one check per query, nothing else: each sends its own ahead of its work (``read_once``,
+            # straight on the connection, not through a cursor)
+            assert mem._store.checks_sent - ahead == 3
+            assert sent == [], sent
         assert mem.search_causal("decision 4 about caching")[0].superseded_by == edges[3].dst
 
 
@@ -240,29 +240,33 @@ def test_catching_up_with_another_hosts_small_write_takes_two_round_trips(pg_dsn
         b.close()
 
 
-def test_a_default_search_sends_one_statement_and_the_queue_a_few(pg_dsn, monkeypatch):
-    """Review R6: with reinforcement on (the default), a search still sends only the change-sequence
-    check (the learned-link overlay reads the mirrored co-occurrence pairs), and writing the queue
-    of 64 searches takes three statements (and the commit), not one per search. The search-time
+def test_a_default_search_sends_only_its_change_check_and_the_queue_goes_out_on_its_own_connection(pg_dsn, monkeypatch):
+    """Review R6, then issue 14's p99: with reinforcement on (the default), every search sends only
+    its change check (ahead of its work; the learned-link overlay reads the mirrored co-occurrence
+    pairs), the 64th and 128th too: the queue of 64 searches is written by the flusher thread on
+    its own connection, in four statements (and the commit), not one per search. The search-time
     credit rule is on (``hebbian_search``, opt-in) so the queue carries Hebbian credit too."""
     with Memory(pg_dsn, embedder=None, config=Config(reinforce_seconds=3600, hebbian_search=True)) as mem:
         mem.record_many([(f"rollout step {i} of the cache", f"rollout effect {i} of the cache") for i in range(300)])
         mem.search("rollout step 1")  # views, row mirror and co-occurrence mirror built
         mem.flush()
+        flusher = mem._views._flusher
+        flusher.twin = mem._store.writer_twin()
         count = Statements(monkeypatch, mem._store.conn)
+        twin = Statements(monkeypatch, flusher.twin.conn)
         per_search = []
         for i in range(130):
-            before = len(count.sent)
+            before, ahead = len(count.sent), mem._store.checks_sent
             hits = mem.search(f"rollout step {i % 40} of the cache")
             assert hits
-            per_search.append(count.sent[before:])
-        plain = [s for s in per_search if len(s) == 1]
-        flushes = [s for s in per_search if len(s) > 1]
-        assert all(s == ["SELECT seq FROM causalmem_state"] for s in plain), [s for s in plain if s][:3]
-        assert len(flushes) == 2, [(i, s) for i, s in enumerate(per_search) if len(s) > 1]  # the 64th, the 128th
-        # the check, the writer lock, and one round trip that sends the access counts, the credit
-        # and the end of the write together (the weights it credits come from the mirror)
-        assert all(len(s) == 3 for s in flushes), flushes
+            per_search.append((count.sent[before:], mem._store.checks_sent - ahead))
+        assert all(s == ([], 1) for s in per_search), [(i, s) for i, s in enumerate(per_search) if s != ([], 1)]
+        with mem._views.lock:
+            flusher.join()
+        assert flusher.batches == 2  # the 64th, the 128th
+        # per batch: the writer lock, the access counts (sent before the weights' read), the weights
+        # read under the lock, the credit sent with the end of the write
+        assert len(twin.sent) == 2 * 4, twin.sent
         pairs = mem._store.query("SELECT COUNT(*), SUM(hits) FROM cooccurrence")[0]
         assert pairs[0] > 0 and pairs[1] >= pairs[0]
         assert mem._store.query("SELECT SUM(access_count) FROM chunks")[0][0] >= 128
@@ -290,6 +294,7 @@ def test_the_batched_queue_write_leaves_what_search_by_search_writes_left(pg_dsn
     cfg = Config(reinforce_seconds=3600, reinforce_batch=50, hebbian_top=3, hebbian_search=True)
     mems = [Memory(f"{conninfo}schema={schema}_{k}", embedder=None, config=cfg) for k in ("batched", "single")]
     mems[1]._views._write_reinforcement = lambda fx, q, v=mems[1]._views: _one_by_one(v, fx, q)
+    mems[1]._views._flusher = None  # written inline, search by search; mems[0] by its flusher thread
     rnd = random.Random(3)
     try:
         for mem in mems:
@@ -391,9 +396,12 @@ def test_the_reinforcement_write_patches_the_cached_rows_instead_of_reading_them
             assert [_full(cached[r[0]]) for r in shown] == shown
             return {r[0]: r[13] for r in rows}
 
-        for i in range(16):  # the 16th search writes the queue
+        for i in range(16):  # the 16th search has the flusher write the queue (its own connection)
             mem.search(f"pin the {('compiler', 'linker')[i % 2]} version {i}")
-        assert read_back == [0] and mem._views._queued == []
+        with mem._views.lock:
+            mem._views._flusher.join()
+        # the flusher's commit adopted: its access counts patch the cached rows, nothing read back
+        assert read_back == [] and mem._views._queued == [] and mem._views._flusher.batches == 1
         counts = same_as_the_database()
         assert sum(counts.values()) >= 16
         for i in range(15):

@@ -684,6 +684,7 @@ class PostgresStore(SharedStore):
             dsn_schema = schema.lower()
         self.schema = dsn_schema
         self.dsn = conninfo
+        self._given_dsn = dsn
         self.path = redact(dsn)
         self.read_only = bool(read_only)
         self.busy_timeout_ms = int(busy_timeout_ms)
@@ -697,6 +698,15 @@ class PostgresStore(SharedStore):
         self.committed_seq: int | None = None
         self._synced_seq = 0  # the views of this process hold every change up to here
         self._own: set[int] = set()  # sequence values of this object's own commits not yet synced past
+        # sequence values a twin connection of this process is committing for it (``expect_own``): the
+        # reinforcement written off the search call; counted as own until adopted or given up
+        self._expected: set[int] = set()
+        #: called with the sequence value an outermost write transaction will commit, once it is known
+        #: (under the writer lock); a twin sets it to its main store's ``expect_own``
+        self.on_begin: Callable[[int], None] | None = None
+        #: the last committed write's (seq, access counts it set by nid, co-occurrence keys read back or
+        #: None, their rows): what a twin's main store adopts (``adopt_write``)
+        self.last_write: tuple[int, dict[int, tuple[int, float, float]], list[int] | None, list[tuple]] | None = None
         self._listener: Any = None
         self.channel = f"causalmem_{self.schema}"
         self._cache = _RowCache()
@@ -862,9 +872,16 @@ class PostgresStore(SharedStore):
         if self._depth > 0 or not getattr(tls, "fresh", False) or not getattr(tls, "calls", 0):
             return None
         cache = self._cache
-        if cache.upto < self._seen_seq:  # changes noticed but not read from the log: start over
-            cache.clear(self._seen_seq)
+        if cache.upto < self._seen_seq and not self._ours(cache.upto + 1, self._seen_seq):
+            cache.clear(self._seen_seq)  # changes noticed but not read from the log: start over
         return cache
+
+    def _ours(self, lo: int, hi: int) -> bool:
+        """Every sequence value in ``lo..hi`` is this process's: an own commit, or one a twin is
+        committing for it (its rows are this process's to patch; nothing to read from the log)."""
+        if hi - lo + 1 > len(self._own) + len(self._expected):
+            return False
+        return all(s in self._own or s in self._expected for s in range(lo, hi + 1))
 
     @contextlib.contextmanager
     def transaction(self, *, wait: bool = True) -> Iterator[Any]:
@@ -898,6 +915,8 @@ class PostgresStore(SharedStore):
             try:
                 with self.conn.transaction():
                     self._begin_write(wait)
+                    if self.on_begin is not None:
+                        self.on_begin(self._tx_seq)
                     conn = self.conn  # (at depth 0: not a use of the connection by a statement)
                     self._depth = 1
                     try:
@@ -1025,13 +1044,14 @@ class PostgresStore(SharedStore):
             cache.co, cache.co_missing = None, set()
         else:
             cache.co_replace(co_keys, co_rows)
+        self.last_write = (seq, self._tx_touched, co_keys, co_rows)
         self._staged, self._tx_changes, self._tx_refresh = [], None, ([], [], [])
         self._tx_touched, self._tx_patch = {}, None
         if cache.upto == seq - 1:
             cache.upto = seq
         # writers are serialized and each advances the sequence by one: a gap means another
         # connection committed since we last looked
-        if seq != self._seen_seq + 1:
+        if not self._ours(self._seen_seq + 1, seq - 1):
             self._foreign += 1
         self._seen_seq = max(self._seen_seq, seq)
         self._own.add(seq)
@@ -1191,9 +1211,10 @@ class PostgresStore(SharedStore):
             raise StoreError(f"memory {self.path!r}: the change check got no answer")
         seq = int(value)
         if seq != self._seen_seq:
+            if not self._ours(self._seen_seq + 1, seq):  # (a twin's commit for this process is not news)
+                self._foreign += 1
+                self._moved = True
             self._seen_seq = seq
-            self._foreign += 1
-            self._moved = True
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
         """Run one SELECT and fetch every row (for this backend and its tests only)."""
@@ -1274,10 +1295,76 @@ class PostgresStore(SharedStore):
                 return self._foreign
             seq = self.change_seq()
             if seq != self._seen_seq:
+                if not self._ours(self._seen_seq + 1, seq):
+                    self._foreign += 1
                 self._seen_seq = seq
-                self._foreign += 1
             self._tls.fresh = getattr(self._tls, "calls", 0) > 0  # only inside a public call (see errors)
             return self._foreign
+
+    # ------------------------------------------------------------------ a twin connection's writes
+    def writer_twin(self) -> "PostgresStore":
+        """A second connection to the same memory, for writes made off the caller's thread (the
+        search reinforcement, ``reinforce_flush.py``): its commits are this store's own once
+        adopted, so they are never read back from the change log as another host's."""
+        twin = type(self)(self._given_dsn, busy_timeout_ms=self.busy_timeout_ms, schema=self.schema)
+        twin.on_begin = self.expect_own
+        return twin
+
+    def expect_own(self, seq: int) -> None:
+        """A twin's transaction will commit ``seq`` (it holds the writer lock): a change check that
+        sees it before the twin's write is adopted does not take it for another host's."""
+        with self._lock:
+            self._expected.add(int(seq))
+
+    def forget_expected(self, seq: int) -> None:
+        """The twin's transaction that named ``seq`` committed nothing (rolled back, or changed no
+        row): another connection may commit ``seq`` now. If the views were brought in step past it
+        meanwhile, the change log is read again from before it."""
+        with self._lock:
+            self._expected.discard(int(seq))
+            if self._synced_seq >= seq:
+                self._synced_seq = seq - 1
+                self._cache.clear(seq - 1)
+                self._foreign += 1
+            elif self._seen_seq >= seq:  # seen and taken for ours: the views read the log from before it
+                self._foreign += 1
+
+    def adopt_write(self, seq: int, touched: Mapping[int, tuple[int, float, float]], co_keys: list[int] | None,
+                    co_rows: Sequence[tuple]) -> bool:
+        """A twin committed ``seq`` for this process: the access counts it set (``touched``) and the
+        co-occurrence pairs it read back go into the row cache as an own commit's would. True when
+        nothing newer than ``seq`` is known here, so ``touched`` is the rows' current state; False:
+        a later commit was applied first, the rows are dropped (read again on use)."""
+        with self._lock:
+            self._expected.discard(seq)
+            cache = self._cache
+            current = self._seen_seq <= seq
+            if current:
+                for n, v in touched.items():
+                    row = cache.rows.get(n)
+                    if row is not None:
+                        cache.rows[n] = _touched(row, *v)
+                if co_keys is None:
+                    cache.co, cache.co_missing = None, set()
+                else:
+                    cache.co_replace(co_keys, co_rows)
+            else:
+                cache.invalidate({"cu": list(touched)})
+                if co_keys is None:
+                    cache.co, cache.co_missing = None, set()
+                elif cache.co is not None:
+                    cache.co_missing.update(co_keys)
+            if seq > self._seen_seq:
+                if not self._ours(self._seen_seq + 1, seq - 1):
+                    self._foreign += 1
+                self._seen_seq = seq
+            if seq > self._synced_seq:
+                self._own.add(seq)
+            if cache.upto == seq - 1:
+                cache.upto = seq
+                while cache.upto + 1 in self._own:  # own commits after it, their rows applied already
+                    cache.upto += 1
+            return current
 
     def foreign_changes(self) -> dict[str, list[int]] | None:
         """What other connections changed since this process's views were last in step: kind ->
@@ -1288,7 +1375,7 @@ class PostgresStore(SharedStore):
             self._ensure_open()
             upto = self._seen_seq
             after = self._synced_seq
-            own = sorted(s for s in self._own if after < s <= upto)
+            own = sorted(s for s in self._own | self._expected if after < s <= upto)
             # One round trip (several statements in one simple query; the values are integers): the
             # log's floor and the keys, and what the views will ask next: the changed chunks' rows,
             # the changed edges' states, the newest text-update event, the superseded set.

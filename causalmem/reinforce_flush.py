@@ -1,0 +1,186 @@
+"""Search reinforcement written off the search call, on a server backend (PostgreSQL).
+
+Every ``reinforce_batch``-th search (or the first after ``reinforce_seconds``) used to write the
+queue of access counts and Hebbian credit inside that search: on PostgreSQL a few round trips and
+~10 ms of server time, which made the default search's p99 that write. Here the search only wakes
+this thread, which writes the queue on its own connection (the store's ``writer_twin``) without
+the views lock, then — under the lock, a few microseconds of work — adopts the commit into this
+process's row cache and chunk table (``PostgresStore.adopt_write``).
+
+What stays as it was:
+* learned links are visible to the next query at once: the projection carries them from the
+  search that made them (``Views._learn_now``); until the write is adopted, the credit in flight
+  (``Views._flushing_co``) counts beside the queued one for the next search's increments;
+* one transaction for the whole batch, retried when the server rolls it back; a busy writer lock
+  leaves the batch queued (in front of newer searches) for the next wake-up;
+* ``flush()`` and ``close()`` wait for a write in flight, then write what is still queued on the
+  main connection: nothing queued is lost at close;
+* a crash loses what is queued in memory, as on SQLite (whose queue is in memory too): at most
+  the searches since the last written batch, including a batch in flight.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Sequence
+
+from . import learning
+from .errors import RETRIES, RetryableStoreError, StoreError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .views import Views
+
+log = logging.getLogger("causalmem")
+
+Queued = Sequence[tuple[float, list[int], list[list[int]]]]
+
+
+def credit_rows(store: Any, queued: Queued, config: Any) -> tuple[list[tuple[int, int, float, int, float]], list]:
+    """The co-occurrence rows the queued searches leave (weight after each group's credit in queue
+    order, number of credits, last time), from the weights ``store`` holds now, and the groups."""
+    credits = [(t, g) for t, _nids, groups in queued for g in groups]
+    if not credits:
+        return [], []
+    stored = store.cooccurrence_weights(sorted({n for _t, g in credits for n in g}))
+    final: dict[tuple[int, int], list] = {}  # pair -> [weight, credits, last time]
+    for t, g in credits:
+        for key in learning.hebbian_pairs(g, learning.MAX_HEBBIAN_NIDS):
+            got = final.get(key)
+            if got is None:
+                final[key] = [learning.next_hebbian_weight(stored.get(key), config), 1, t]
+            else:
+                got[0], got[1], got[2] = learning.next_hebbian_weight(got[0], config), got[1] + 1, t
+    return [(a, b, w, n, t) for (a, b), (w, n, t) in final.items()], [g for _t, g in credits]
+
+
+class Flusher:
+    """The thread that writes the views' reinforcement queue (see the module docstring). Its state
+    is guarded by the views lock (``cond`` waits on it)."""
+
+    def __init__(self, views: "Views") -> None:
+        self.views = views
+        self.cond = threading.Condition(views.lock)
+        self.inflight = False
+        self.wanted = False
+        self.stopping = False
+        self.thread: threading.Thread | None = None
+        self.twin: Any = None
+        self.batches = 0  # batches written (tests)
+
+    def wake(self) -> None:
+        """A search filled the batch (the caller holds the views lock): write it soon."""
+        self.wanted = True
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="causalmem-reinforce", daemon=True)
+            self.thread.start()
+        self.cond.notify_all()
+
+    def join(self) -> None:
+        """Wait (the views lock released meanwhile) until no batch is in flight."""
+        while self.inflight:
+            self.cond.wait()
+
+    def close(self) -> None:
+        """Stop the thread after its batch in flight (the caller holds the views lock), close the twin."""
+        self.stopping = True
+        self.cond.notify_all()
+        self.join()
+        thread, self.thread = self.thread, None
+        if thread is not None:
+            while thread.is_alive():
+                self.cond.wait(0.01)  # the thread needs the lock to see ``stopping``
+        twin, self.twin = self.twin, None
+        if twin is not None:
+            twin.close()
+
+    def _run(self) -> None:
+        views = self.views
+        while True:
+            with views.lock:
+                while not self.wanted and not self.stopping:
+                    self.cond.wait()
+                if self.stopping:
+                    return
+                self.wanted = False
+                batch = views._queued
+                if not batch or views.reinforce_off is not None:
+                    continue
+                views._queued = []
+                views._flushing_co, views._pending_co = views._pending_co, {}
+                self.inflight = True
+            try:
+                done = self._write(batch)
+            except BaseException as exc:  # nothing written: the batch waits in front of newer searches
+                with views.lock:
+                    views._queued = list(batch) + views._queued
+                    for key, d in views._flushing_co.items():
+                        views._pending_co[key] = views._pending_co.get(key, 0.0) + d
+                    views._flushing_co = {}
+                    self.inflight = False
+                    self.cond.notify_all()
+                    self._failed(exc)
+                continue
+            with views.lock:
+                try:
+                    if done is not None:
+                        views.reinforcement_adopted(done, batch)
+                    views._flushing_co = {}
+                    self.batches += 1
+                finally:
+                    self.inflight = False
+                    self.cond.notify_all()
+
+    def _failed(self, exc: BaseException) -> None:
+        msg = str(exc)
+        views = self.views
+        if isinstance(exc, StoreError) and ("read-only" in msg or "readonly" in msg):
+            views.reinforce_off = f"the database is read-only ({msg})"
+            views._queued = []
+            views._forget_pending()
+            views._say_reinforcement_off()
+        elif isinstance(exc, StoreError):
+            log.info("causalmem: %s: reinforcement write deferred: %s", views.store.path, msg)
+        else:  # pragma: no cover - a bug: say so, keep the queue
+            log.warning("causalmem: %s: reinforcement write failed: %r", views.store.path, exc)
+
+    def _write(self, batch: Queued) -> tuple[int, dict, list[int] | None, list[tuple]] | None:
+        """The batch in one transaction on the twin connection (retried when the server rolls it
+        back); the twin's ``last_write``, or None when it changed nothing."""
+        views = self.views
+        main_: Any = views.store  # a server backend (``writer_twin``)
+        if self.twin is None:
+            self.twin = main_.writer_twin()
+        twin = self.twin
+        for attempt in range(RETRIES):
+            named: list[int] = []
+
+            def begun(seq: int, named: list[int] = named) -> None:
+                named.append(seq)
+                main_.expect_own(seq)
+
+            twin.on_begin = begun
+            twin.last_write = None
+            try:
+                with twin.transaction(wait=True):
+                    twin.touch_chunks_batch([(nids, t) for t, nids, _groups in batch])
+                    rows, _groups = credit_rows(twin, batch, views.config)
+                    twin.credit_cooccurrence(rows)
+            except RetryableStoreError:
+                for seq in named:
+                    main_.forget_expected(seq)
+                if attempt == RETRIES - 1:
+                    raise
+                time.sleep(0.01 * 2 ** attempt)
+                continue
+            except BaseException:
+                for seq in named:
+                    main_.forget_expected(seq)
+                raise
+            done = twin.last_write
+            if done is None or not named or done[0] != named[-1]:
+                for seq in named:
+                    main_.forget_expected(seq)
+                return None
+            return done
+        return None  # pragma: no cover

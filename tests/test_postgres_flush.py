@@ -1,0 +1,179 @@
+"""PostgreSQL: the search reinforcement is written off the search call (``reinforce_flush.py``).
+
+The search that fills the batch only wakes the flusher thread, which writes the queue on its own
+connection; the links the searches learned are visible to the next query while that write is in
+flight; ``flush()`` and ``close()`` wait for it and write what is still queued. Real server
+(tests/pg_cluster.py); the flusher is held mid-write with an event (no sleeps, no timing).
+"""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+psycopg = pytest.importorskip("psycopg")
+
+from causalmem import Config, Memory  # noqa: E402
+
+LEX_GRAPH = ("lexical", "graph")
+
+
+class Held:
+    """Holds the flusher's write (before it sends anything) until ``release``."""
+
+    def __init__(self, mem: Memory) -> None:
+        self.flusher = mem._views._flusher
+        assert self.flusher is not None
+        self.started, self.go = threading.Event(), threading.Event()
+        write = self.flusher._write
+
+        def held(batch):
+            self.started.set()
+            assert self.go.wait(15), "the test never released the flusher"
+            return write(batch)
+
+        self.flusher._write = held
+
+    def __enter__(self) -> "Held":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.go.set()  # never leave the flusher waiting after a failed assertion
+
+    def release(self) -> None:
+        self.go.set()
+
+
+def _activation(m: Memory, query: str, target: str, **scope) -> float | None:
+    for h in m.search(query, top_k=10, channels=LEX_GRAPH, explain=True, reinforce=False, **scope):
+        if h.id == target:
+            return h.signals["activation"]
+    return None
+
+
+def _stored(m: Memory, x: str, y: str) -> float | None:
+    a, b = sorted((m._store.nid_of(x), m._store.nid_of(y)))
+    rows = m._store.query("SELECT weight FROM cooccurrence WHERE a = %s AND b = %s", (a, b))
+    return rows[0][0] if rows else None
+
+
+def test_the_search_that_fills_the_batch_sends_no_write_and_the_links_stay_visible_meanwhile(pg_dsn):
+    cfg = Config(reinforce_seconds=3600, reinforce_batch=4, hebbian_same_session=False)
+    with Memory(pg_dsn, embedder=None, config=cfg) as m:
+        a = m.add("alpha release of the kafka consumer", user_id="u")[0].id
+        b = m.add("beta rollout of the kafka consumer", user_id="u")[0].id
+        assert _activation(m, "alpha release", b, user_id="u") is None  # nothing joins them yet
+        m.search("kafka consumer", top_k=2, user_id="u")  # the co-occurrence mirror read, once
+        m.flush()
+        held = Held(m)
+        sent: list[str] = []
+        execute = psycopg.Cursor.execute
+
+        def counted(cur, query, *args, **kwargs):
+            if cur.connection is m._store.conn:
+                sent.append(str(query))
+            return execute(cur, query, *args, **kwargs)
+
+        psycopg.Cursor.execute = counted
+        try:
+            for _ in range(4):  # the 4th fills the batch: it wakes the flusher, which is held
+                checks = m._store.checks_sent
+                hits = m.search("kafka consumer", top_k=2, user_id="u")
+                assert {h.id for h in hits} == {a, b}
+                assert m._store.checks_sent == checks + 1  # its change check, sent ahead
+            assert held.started.wait(30)
+            assert sent == []  # no statement of its own: no lock, no write, no second check
+        finally:
+            psycopg.Cursor.execute = execute
+        assert held.flusher.inflight and m._views._queued == []
+        assert _stored(m, a, b) == pytest.approx(m.config.hebbian_start)  # the batch not written yet ...
+        seen = _activation(m, "alpha release", b, user_id="u")
+        assert seen is not None and seen > 0  # ... and the next query sees the links
+        more = m.search("kafka consumer", top_k=2, user_id="u")  # credited again while in flight
+        assert {h.id for h in more} == {a, b}
+        again = _activation(m, "alpha release", b, user_id="u")
+        assert again > seen
+        held.release()
+        m.flush()  # waits for the batch in flight, then writes the 5th search inline
+        step, start = m.config.hebbian_step, m.config.hebbian_start
+        assert _stored(m, a, b) == pytest.approx(start + 5 * step)
+        assert held.flusher.batches == 1
+        m._projection.mark_stale()  # rebuilt from the store alone: what the queries saw
+        assert _activation(m, "alpha release", b, user_id="u") == pytest.approx(again, rel=1e-5)
+        counts = dict(m._store.query("SELECT nid, access_count FROM chunks"))
+        assert sorted(counts.values()) == [6, 6]
+
+
+def test_close_writes_the_batch_in_flight_and_what_is_queued_behind_it(pg_dsn):
+    cfg = Config(reinforce_seconds=3600, reinforce_batch=8)
+    m = Memory(pg_dsn, embedder=None, config=cfg)
+    edges = m.record_many([(f"pin the {w} version {i}", f"the {w} build {i} went green")
+                           for i in range(20) for w in ("compiler", "linker")])
+    m.search("pin the compiler version 1", reinforce=False)
+    held = Held(m)
+    returned = 0
+    for i in range(13):  # 8 in flight (held), 5 queued behind them
+        returned += len(m.search(f"pin the {('compiler', 'linker')[i % 2]} version {i}"))
+    assert held.started.wait(30)
+    assert len(m._views._queued) == 5
+    closing = threading.Thread(target=m.close)
+    closing.start()
+    closing.join(0.2)
+    assert closing.is_alive()  # close waits for the batch in flight
+    held.release()
+    closing.join(60)
+    assert not closing.is_alive()
+    with Memory(pg_dsn, embedder=None) as fresh:
+        total = fresh._store.query("SELECT SUM(access_count) FROM chunks")[0][0]
+        assert total == returned  # every search's access, the batch in flight and the queue behind it
+        pairs = fresh._store.query("SELECT COUNT(*), SUM(hits) FROM cooccurrence")[0]
+        assert pairs[0] > 0
+        assert fresh.get(edges[0].src) is not None
+
+
+def test_a_failed_flush_keeps_the_batch_in_front_and_nothing_is_lost(pg_dsn):
+    """The flusher's write fails (here: another host holds the writer lock past the busy timeout):
+    the batch goes back in front of the newer searches, the next flush writes both."""
+    cfg = Config(reinforce_seconds=3600, reinforce_batch=4, hebbian_same_session=False, busy_timeout_ms=200)
+    with Memory(pg_dsn, embedder=None, config=cfg) as m, \
+            Memory(pg_dsn, embedder=None) as other:
+        a = m.add("alpha release of the kafka consumer", user_id="u")[0].id
+        b = m.add("beta rollout of the kafka consumer", user_id="u")[0].id
+        flusher = m._views._flusher
+        with other._store.transaction():  # the writer lock, held
+            for _ in range(4):
+                m.search("kafka consumer", top_k=2, user_id="u")
+            with m._views.lock:
+                flusher.cond.wait_for(lambda: not flusher.inflight and not flusher.wanted, 30)
+            assert len(m._views._queued) == 4 and flusher.batches == 0
+            assert _activation(m, "alpha release", b, user_id="u") > 0  # still visible
+        m.search("kafka consumer", top_k=2, user_id="u")
+        m.flush()
+        step, start = m.config.hebbian_step, m.config.hebbian_start
+        assert _stored(m, a, b) == pytest.approx(start + 4 * step)
+        assert sorted(v for (v,) in m._store.query("SELECT access_count FROM chunks")) == [5, 5]
+
+
+def test_another_hosts_write_during_a_flush_is_still_seen_by_the_next_query(pg_dsn):
+    """A write from another host lands while this host's flusher commits: the next query here sees
+    it (the flusher's own commit is not taken for it, nor it for the flusher's)."""
+    cfg = Config(reinforce_seconds=3600, reinforce_batch=4)
+    with Memory(pg_dsn, embedder=None, config=cfg) as a, Memory(pg_dsn, embedder=None) as b:
+        a.record_many([(f"decision {i}", f"outcome {i}") for i in range(20)])
+        a.search_causal("decision 1")
+        for round_ in range(3):
+            held = Held(a)
+            for i in range(4):
+                a.search(f"decision {i}")
+            assert held.started.wait(30)
+            b.record_decision(f"rollout plan {round_}", f"pager storm {round_}")  # before the flush's commit
+            held.release()
+            with a._views.lock:
+                a._views._flusher.join()
+            assert [x.text for x in a.search_causal(f"rollout plan {round_}")] == [f"pager storm {round_}"]
+            b.record_decision(f"second plan {round_}", f"second storm {round_}")  # after it
+            assert [x.text for x in a.search_causal(f"second plan {round_}")] == [f"second storm {round_}"]
+            a._views._flusher._write = type(a._views._flusher)._write.__get__(a._views._flusher)
+        a.flush()
+        rows = a._store.query("SELECT SUM(access_count) FROM chunks")[0][0]
+        assert rows > 0
