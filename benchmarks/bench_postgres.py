@@ -154,6 +154,41 @@ def bench_queries(plan: dict, rng, n_queries: int) -> dict[str, dict[str, float]
     return out
 
 
+def bench_queries_model(plan: dict, rng, n_queries: int) -> dict[str, dict[str, float]]:
+    """The default configuration, as users run it: ``Memory(target)`` with the model installed
+    (embedder auto: every channel, the semantic one too), on a store whose chunks were embedded at
+    build time. p50 / p99 in ms of ``search(q)`` (reinforcement on) and of ``search(q, reinforce=False)``,
+    backends alternating, the same queries for both (each ``Memory`` encodes each query once)."""
+    decisions = plan["decisions"]
+    mems = {}
+    for k in ("pg", "sqlite"):
+        mem = Memory(plan[k])
+        assert mem.embedder is not None, "the model is not installed: the default-configuration rows need it"
+        for i in range(3):
+            mem.search(decisions[i])
+        assert mem._views.wait_vectors(120, folded=True), "the vector index did not load"
+        mem.flush()
+        mems[k] = mem
+    qs = [decisions[int(i)] for i in rng.integers(0, len(decisions), size=n_queries)]
+    names = ("search (model, default)", "search (model, reinforce=False)")
+    lat: dict[str, dict[str, list[float]]] = {k: {n: [] for n in names} for k in mems}
+    for q in qs:
+        for k, mem in mems.items():
+            for name, call in ((names[0], lambda: mem.search(q)), (names[1], lambda: mem.search(q, reinforce=False))):
+                t = time.perf_counter()
+                call()
+                lat[k][name].append(time.perf_counter() - t)
+    for mem in mems.values():
+        mem.close()
+    out: dict[str, dict[str, float]] = {}
+    for k, d in lat.items():
+        out[k] = {}
+        for name, v in d.items():
+            out[k][name] = statistics.median(v) * 1000
+            out[k][name + " p99"] = float(np.percentile(v, 99)) * 1000
+    return out
+
+
 def bench_catch_up(plan: dict, rounds: int) -> dict[str, dict[str, float]]:
     """Two Memory objects on one store (two connections = two hosts): B writes one decision, A's next
     search_causal must see it. Reports the median of that first query and of a warm query."""
@@ -229,6 +264,17 @@ def build(work: Path, server: str, n: dict[str, int]) -> dict:
                 for lo in range(0, n["pairs"], 2000):
                     mem.record_many(list(zip(decisions[lo:lo + 2000], outcomes[lo:lo + 2000])))
         plan[name]["decisions"] = decisions
+    # the default configuration (the model installed, embedder auto): the same pairs, every chunk embedded
+    plan["queries_model"] = {"pg": f"{server}{sep}schema=bench_queries_model_{tag}",
+                             "sqlite": str(work / f"queries_model_{tag}.db"), "decisions": plan["queries"]["decisions"]}
+    pairs_model = list(zip(plan["queries"]["decisions"], texts(np.random.default_rng(12), words, n["pairs"])))
+    for k in ("pg", "sqlite"):
+        with Memory(plan["queries_model"][k]) as mem:
+            if mem.embedder is None:
+                raise SystemExit("the default-configuration rows need the model installed (embedder auto found none)")
+            for lo in range(0, n["pairs"], 2000):
+                mem.record_many(pairs_model[lo:lo + 2000])
+            mem.flush()  # every chunk embedded before the timed phase
     (work / "plan.json").write_text(json.dumps(plan))
     return plan
 
@@ -240,7 +286,8 @@ def timed(plan: dict, quick: bool, command: str) -> list[str]:
     lines = ["# PostgreSQL backend vs SQLite (issue 14)", "",
              f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start of the timed "
              "phase (shared with other jobs: compare the ratio column). PostgreSQL 15 on a Unix socket on the same "
-             "machine; fsync on, synchronous_commit off. `Memory(target, embedder=None)`. "
+             "machine; fsync on, synchronous_commit off. `Memory(target, embedder=None)`, except the rows marked "
+             "'default configuration': `Memory(target)` with the model installed (embedder auto). "
              f"Command: `{command}`.", "",
              "| measurement | PostgreSQL | SQLite | PG / SQLite | target |", "|---|---|---|---|---|"]
     # 1. record_many throughput, alternating backends
@@ -273,7 +320,8 @@ def timed(plan: dict, quick: bool, command: str) -> list[str]:
     shown = (("search_causal", "search_causal p50", "equal within noise"),
              ("search", "search p50 (lexical+graph, reinforce=False)", "equal within noise"),
              ("search (default)", "search p50 as users call it (`search(q)`: reinforcement on)", "equal within noise"),
-             ("search (default) p99", "search p99 as users call it (the queue written inside every 64th)", ""))
+             ("search (default) p99", "search p99 as users call it (the queue written every 64th: inside that search "
+              "on SQLite, by the flusher thread on PostgreSQL)", "equal within noise"))
     for key, label, target in shown:
         lines.append(f"| {label}, {n['pairs']:,}-pair store ({n['queries']} queries) | {q['pg'][key]:.2f} ms | "
                      f"{q['sqlite'][key]:.2f} ms | {q['pg'][key] / q['sqlite'][key]:.2f} | {target} |")
@@ -283,6 +331,18 @@ def timed(plan: dict, quick: bool, command: str) -> list[str]:
     lines.append(f"| the change-sequence check alone (one round trip, `SELECT seq`) | {q['pg']['round trip']:.2f} ms "
                  "| | | |")
     print("\n".join(lines[-8:]), flush=True)
+
+    # 3b. query latency in the default configuration (the model installed), when the plan has its store
+    if "queries_model" in plan:
+        qm = bench_queries_model(plan["queries_model"], rng, n["queries"])
+        for key, label in (("search (model, default)", "`search(q)`: reinforcement on, every channel"),
+                           ("search (model, reinforce=False)", "`search(q, reinforce=False)`, every channel")):
+            for stat, suffix in (("p50", ""), ("p99", " p99")):
+                lines.append(f"| default configuration (`Memory(target)`, the model): {label}, {stat}, "
+                             f"{n['pairs']:,}-pair store ({n['queries']} queries) | {qm['pg'][key + suffix]:.2f} ms | "
+                             f"{qm['sqlite'][key + suffix]:.2f} ms | {qm['pg'][key + suffix] / qm['sqlite'][key + suffix]:.2f} "
+                             f"| {'equal within noise' if stat == 'p50' or 'default' in key else ''} |")
+        print("\n".join(lines[-4:]), flush=True)
 
     # 4. catch-up after another host's write
     c = bench_catch_up(plan["catchup"], n["rounds"])

@@ -409,3 +409,34 @@ def test_the_reinforcement_write_patches_the_cached_rows_instead_of_reading_them
         mem.feedback(edges[0].src, 1.0)  # writes the queue first, then the feedback, in one transaction
         assert read_back[-1] > 0 and mem._views._queued == []
         assert sum(same_as_the_database().values()) > sum(counts.values())
+
+
+def test_the_reuse_lookup_of_a_memory_kept_open_asks_only_about_known_hashes_and_misses_nothing(pg_dsn, monkeypatch):
+    """A Memory kept open answers ``record_many``'s reuse lookup from the set of stored text hashes
+    (no statement for a batch of new texts), and still reuses every chunk that exists: written by
+    itself, by another host between its batches, or renamed to the text by an update."""
+    a = Memory(pg_dsn, embedder=None)
+    b = Memory(pg_dsn, embedder=None)
+    try:
+        a.record_many([("warm the cache", "fewer misses")])
+        a.record_many([("warm the cache again", "fewer misses again")])  # the second lookup builds the set
+        store = a._store
+        assert store._hashes is not None
+        count = Statements(monkeypatch, store.conn)
+        a.record_many([(f"new decision {i}", f"new outcome {i}") for i in range(50)])
+        assert not [s for s in count.sent if "text_hash = ANY" in s]  # all new: no lookup statement
+        e_own = a.record_many([("new decision 7", "an outcome never seen")])[0]  # written by itself
+        e_other = b.record_many([("decided on host b", "outcome on host b")])[0]
+        e_renamed = b.record_decision("placeholder text", "renamed outcome")
+        b.update(e_renamed.src, "renamed decision text")
+        got = a.record_many([("decided on host b", "outcome on host b"), ("renamed decision text", "fewer misses"),
+                             ("brand new one", "new outcome 3")])
+        assert got[0].src == e_other.src and got[0].dst == e_other.dst
+        assert got[1].src == e_renamed.src
+        assert got[2].dst == a.record_many([("x", "new outcome 3")])[0].dst
+        assert e_own.src == a.record_many([("new decision 7", "y")])[0].src
+        texts = [t for (t,) in store.query("SELECT text FROM chunks WHERE valid_to IS NULL")]
+        assert len(texts) == len(set(texts))  # no text stored twice in the one scope
+    finally:
+        a.close()
+        b.close()

@@ -714,6 +714,12 @@ class PostgresStore(SharedStore):
         self._tx_changes: dict[str, list[int]] | None = None  # the committing transaction's change-log keys
         self._prefetched: tuple[int, dict[int, tuple], int] | None = None  # see foreign_changes
         self._staged: list[tuple] = []  # chunks inserted by the open transaction (as the row cache keeps them)
+        # the text hash of every chunk row committed up to ``_hashes_upto`` (and maybe more: rows
+        # deleted since stay in it): a bulk write's reuse lookup asks the server only about the
+        # texts whose hash is in it. Built at this object's second reuse lookup (a Memory kept open).
+        self._hashes: set[int] | None = None
+        self._hashes_upto = 0
+        self._reuse_lookups = 0
         # what the committing transaction updated, read back: chunk rows, co-occurrence keys and rows
         self._tx_refresh: tuple[list[tuple], list[int] | None, list[tuple]] = ([], [], [])
         # the access counts the open transaction's reinforcement set (``touch_chunks_batch``), as the
@@ -876,6 +882,27 @@ class PostgresStore(SharedStore):
             cache.clear(self._seen_seq)  # changes noticed but not read from the log: start over
         return cache
 
+    def _hashes_committed(self, seq: int, changes: Mapping[str, Sequence[int]], rows: Sequence[tuple]) -> None:
+        """An own commit: the text hashes of the chunks it inserted (as staged) or changed (as read
+        back) join the set; a chunk change it cannot account for drops the set (rebuilt when asked)."""
+        hashes = self._hashes
+        assert hashes is not None
+        staged = {row[0]: (row[16] if len(row) == 17 else row[3]) for row in self._staged}
+        read = {r[0]: r[16] for r in rows}
+        for nid in changes.get("ci", ()):
+            h = read.get(nid, staged.get(nid))
+            if h is None:
+                self._hashes = None
+                return
+            hashes.add(h)
+        for nid in changes.get("cu", ()):  # (a reinforcement's access counts alone are not listed here)
+            if nid not in read:
+                self._hashes = None
+                return
+            hashes.add(read[nid])
+        if self._hashes_upto == seq - 1 or self._ours(self._hashes_upto + 1, seq - 1):
+            self._hashes_upto = seq
+
     def _ours(self, lo: int, hi: int) -> bool:
         """Every sequence value in ``lo..hi`` is this process's: an own commit, or one a twin is
         committing for it (its rows are this process's to patch; nothing to read from the log)."""
@@ -1036,6 +1063,8 @@ class PostgresStore(SharedStore):
         cache.invalidate(changes)
         cache.superseded = superseded
         inserted = set(changes.get("ci", ())) - set(changes.get("cu", ()))
+        if self._hashes is not None:
+            self._hashes_committed(seq, changes, rows)
         # inserted and untouched since: the row as written (the last one per nid)
         cache.put_all([row for row in self._staged if row[0] in inserted])
         for r in rows:  # updated by this transaction, read back before the commit
@@ -1322,6 +1351,8 @@ class PostgresStore(SharedStore):
         meanwhile, the change log is read again from before it."""
         with self._lock:
             self._expected.discard(int(seq))
+            if self._hashes_upto >= seq:
+                self._hashes = None
             if self._synced_seq >= seq:
                 self._synced_seq = seq - 1
                 self._cache.clear(seq - 1)
@@ -1360,6 +1391,8 @@ class PostgresStore(SharedStore):
                 self._seen_seq = seq
             if seq > self._synced_seq:
                 self._own.add(seq)
+            if self._hashes is not None and self._hashes_upto == seq - 1:
+                self._hashes_upto = seq  # access counts only: no text changed
             if cache.upto == seq - 1:
                 cache.upto = seq
                 while cache.upto + 1 in self._own:  # own commits after it, their rows applied already
@@ -1410,6 +1443,7 @@ class PostgresStore(SharedStore):
             cache = self._cache
             if floor is None or after < floor:
                 cache.clear(upto)
+                self._hashes = None
                 return None
             delta = {k: sorted(v) for k, v in out.items()}
             if cache.upto < after:
@@ -1419,6 +1453,10 @@ class PostgresStore(SharedStore):
                 cache.upto = max(cache.upto, upto)
             for r in chunk_rows:  # read after the changes: at least as new as upto
                 cache.put(r)
+            if self._hashes is not None:
+                self._hashes.update(r[16] for r in chunk_rows)
+                if self._hashes_upto >= after:
+                    self._hashes_upto = max(self._hashes_upto, upto)
             cache.superseded = _superseded_of(superseded)
             cache.co_replace([a for k in ("oi", "ou", "od") for a in delta.get(k, ())], co_rows)
             self._prefetched = (upto, {r[0]: tuple(r) for r in edge_rows}, int(last_update[0]))
@@ -1504,8 +1542,34 @@ class PostgresStore(SharedStore):
         return same_text(rows, text)
 
     def _reusable_rows(self, hashes: Sequence[int], scope: tuple) -> list[tuple]:
+        known = self._known_hashes()
+        if known is not None:  # only the texts a stored chunk may have: most of a batch's are new
+            hashes = [h for h in hashes if h in known]
+            if not hashes:
+                return []
         return self.query(f"SELECT nid, id, text FROM chunks WHERE text_hash = ANY(%s::bigint[]) AND {_SCOPE} "
                           "AND kind <> 'turn' AND valid_to IS NULL ORDER BY nid", (_int_array(hashes), *scope))
+
+    def _known_hashes(self) -> set[int] | None:
+        """The set of stored text hashes when it is exact at this write transaction's writer lock
+        and the transaction has sent nothing that could insert or change a chunk yet (else None:
+        the server answers). Built here, under the lock, at this object's second lookup."""
+        with self._lock:
+            if self._depth != 1 or self._tx_used or any(k not in ("touch", "credit") for k, _ in self._deferred):
+                return None
+            self._reuse_lookups += 1
+            if self._hashes is not None and self._hashes_upto == self._tx_seq - 1:
+                return self._hashes
+            if self._reuse_lookups < 2:
+                return None
+            # every committed row as of the lock (no other writer commits while we hold it)
+            got = self.conn.execute(f"SELECT text_hash FROM chunks LIMIT {ROW_CACHE_MAX + 1}").fetchall()
+            if len(got) > ROW_CACHE_MAX:  # too many to keep here: the server answers (not tried again)
+                self._reuse_lookups = -(1 << 62)
+                return None
+            self._hashes = {h for (h,) in got}
+            self._hashes_upto = self._tx_seq - 1
+            return self._hashes
 
     def chunk_columns(self, *, with_text: bool = True, batch: int = 50000) -> Iterator[ChunkColumns]:
         sql = ("SELECT nid, kind, created_at, event_time, q_value, importance, user_id, agent_id, run_id, "
