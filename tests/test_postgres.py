@@ -632,6 +632,39 @@ def test_a_query_run_ahead_of_its_change_check_runs_again_after_another_hosts_co
         assert sorted(x.text for x in a.trace_cause("pager storm again")) == ["rollout plan 0"]
 
 
+def test_a_search_run_ahead_of_its_change_check_is_ranked_again_after_another_hosts_commit(pg_dsn, monkeypatch):
+    """``search`` sends its change check as its ranking starts (``read_once``): with no commit
+    elsewhere the ranking is the answer (one pass, no statement but the check); after another
+    host's commit it is ranked again in step, so that write is in the very next answer, and the
+    reinforcement is queued once, for the answer returned."""
+    from causalmem import retrieval
+
+    passes = []
+    ranked = retrieval._ranked
+
+    def counted(*args, **kwargs):
+        passes.append(1)
+        return ranked(*args, **kwargs)
+
+    monkeypatch.setattr(retrieval, "_ranked", counted)
+    with Memory(pg_dsn, embedder=None) as a, Memory(pg_dsn, embedder=None) as b:
+        a.record_many([(f"decision {i} on the cache", f"outcome {i} of the cache") for i in range(20)])
+        a.search("decision 3 on the cache")
+        for i in range(3):
+            del passes[:]
+            sent, queued = a._store.checks_sent, len(a._views._queued)
+            assert "outcome 4 of the cache" in [h.text for h in a.search("outcome 4 of the cache")]
+            assert len(passes) == 1 and a._store.checks_sent == sent + 1  # the fast path
+            b.record_decision(f"rotate the signing key {i}", f"token refresh storm {i}")
+            del passes[:]
+            sent = a._store.checks_sent
+            hits = a.search(f"token refresh storm {i}")
+            assert f"token refresh storm {i}" in [h.text for h in hits]  # the other host's write
+            assert len(passes) == 2 and a._store.checks_sent == sent + 1  # ranked again, the check in front
+            assert a._store._pending is None
+            assert len(a._views._queued) == queued + 2  # one entry per search returned, not per pass
+
+
 def test_a_bulk_copy_that_fails_raises_inside_its_transaction(pg_dsn):
     """The reply to a bulk COPY is read before the connection's next statement: a COPY the server
     refuses (an edge naming no chunk) fails its transaction or savepoint, nothing of it stays, and
