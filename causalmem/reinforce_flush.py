@@ -35,6 +35,10 @@ log = logging.getLogger("causalmem")
 
 Queued = Sequence[tuple[float, list[int], list[list[int]]]]
 
+#: seconds the thread waits for the next batch before it ends (a later batch starts another): an
+#: idle thread holds no reference to a ``Memory`` its caller dropped without closing it
+IDLE_S = 2.0
+
 
 def credit_rows(store: Any, queued: Queued, config: Any) -> tuple[list[tuple[int, int, float, int, float]], list]:
     """The co-occurrence rows the queued searches leave (weight after each group's credit in queue
@@ -99,7 +103,10 @@ class Flusher:
         while True:
             with views.lock:
                 while not self.wanted and not self.stopping:
-                    self.cond.wait()
+                    if not self.cond.wait(IDLE_S) and not self.wanted and not self.stopping:
+                        self.thread = None  # idle: ends here; ``wake`` starts another
+                        self.cond.notify_all()
+                        return
                 if self.stopping:
                     return
                 self.wanted = False

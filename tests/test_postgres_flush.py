@@ -177,3 +177,26 @@ def test_another_hosts_write_during_a_flush_is_still_seen_by_the_next_query(pg_d
         a.flush()
         rows = a._store.query("SELECT SUM(access_count) FROM chunks")[0][0]
         assert rows > 0
+
+
+def test_an_idle_flusher_thread_ends_and_the_next_batch_starts_another(pg_dsn, monkeypatch):
+    """The thread ends after ``IDLE_S`` without a batch (it then holds no reference to a Memory its
+    caller dropped unclosed); the next full batch starts another, and both batches are written."""
+    from causalmem import reinforce_flush
+
+    monkeypatch.setattr(reinforce_flush, "IDLE_S", 0.05)
+    cfg = Config(reinforce_seconds=3600, reinforce_batch=4)
+    with Memory(pg_dsn, embedder=None, config=cfg) as m:
+        m.record_many([(f"decision {i}", f"outcome {i}") for i in range(10)])
+        flusher = m._views._flusher
+        threads = []
+        for _ in range(2):
+            for i in range(4):
+                m.search(f"decision {i}")
+            threads.append(flusher.thread)
+            assert threads[-1] is not None
+            threads[-1].join(30)  # written, then idle: the thread ends by itself
+            assert not threads[-1].is_alive() and flusher.thread is None
+        assert threads[0] is not threads[1] and flusher.batches == 2
+        returned = m._store.query("SELECT SUM(access_count) FROM chunks")[0][0]
+        assert returned >= 8
