@@ -81,9 +81,10 @@ class Flusher:
         self.cond.notify_all()
 
     def join(self) -> None:
-        """Wait (the views lock released meanwhile) until no batch is in flight."""
-        while self.inflight:
-            self.cond.wait()
+        """Wait (the views lock released meanwhile) until no batch is in flight or asked for."""
+        while self.inflight or (self.wanted and not self.stopping and self.thread is not None
+                                and self.thread.is_alive()):
+            self.cond.wait(0.5)
 
     def close(self) -> None:
         """Stop the thread after its batch in flight (the caller holds the views lock), close the twin."""
