@@ -1,4 +1,5 @@
 """PostgreSQL: the search reinforcement is written off the search call (``reinforce_flush.py``).
+The search-time credit rule (``Config.hebbian_search``, opt-in) is on where a test watches links.
 
 The search that fills the batch only wakes the flusher thread, which writes the queue on its own
 connection; the links the searches learned are visible to the next query while that write is in
@@ -58,7 +59,7 @@ def _stored(m: Memory, x: str, y: str) -> float | None:
 
 
 def test_the_search_that_fills_the_batch_sends_no_write_and_the_links_stay_visible_meanwhile(pg_dsn):
-    cfg = Config(reinforce_seconds=3600, reinforce_batch=4, hebbian_same_session=False)
+    cfg = Config(reinforce_seconds=3600, reinforce_batch=4, hebbian_same_session=False, hebbian_search=True)
     with Memory(pg_dsn, embedder=None, config=cfg) as m:
         a = m.add("alpha release of the kafka consumer", user_id="u")[0].id
         b = m.add("beta rollout of the kafka consumer", user_id="u")[0].id
@@ -109,7 +110,7 @@ def test_the_search_that_fills_the_batch_sends_no_write_and_the_links_stay_visib
 
 
 def test_close_writes_the_batch_in_flight_and_what_is_queued_behind_it(pg_dsn):
-    cfg = Config(reinforce_seconds=3600, reinforce_batch=8)
+    cfg = Config(reinforce_seconds=3600, reinforce_batch=8, hebbian_search=True)
     m = Memory(pg_dsn, embedder=None, config=cfg)
     edges = m.record_many([(f"pin the {w} version {i}", f"the {w} build {i} went green")
                            for i in range(20) for w in ("compiler", "linker")])
@@ -138,7 +139,8 @@ def test_close_writes_the_batch_in_flight_and_what_is_queued_behind_it(pg_dsn):
 def test_a_failed_flush_keeps_the_batch_in_front_and_nothing_is_lost(pg_dsn):
     """The flusher's write fails (here: another host holds the writer lock past the busy timeout):
     the batch goes back in front of the newer searches, the next flush writes both."""
-    cfg = Config(reinforce_seconds=3600, reinforce_batch=4, hebbian_same_session=False, busy_timeout_ms=200)
+    cfg = Config(reinforce_seconds=3600, reinforce_batch=4, hebbian_same_session=False, busy_timeout_ms=200,
+                 hebbian_search=True)
     with Memory(pg_dsn, embedder=None, config=cfg) as m, \
             Memory(pg_dsn, embedder=None) as other:
         a = m.add("alpha release of the kafka consumer", user_id="u")[0].id
