@@ -171,8 +171,17 @@ class Flusher:
             twin.last_write = None
             try:
                 with twin.transaction(wait=True):
-                    twin.touch_chunks_batch([(nids, t) for t, nids, _groups in batch])
-                    rows, _groups = credit_rows(twin, batch, views.config)
+                    # the chunks still stored, under the writer lock: one purged by a write that
+                    # took the lock first (the inline path wrote the queue before it) gets nothing
+                    wanted = sorted({n for _t, nids, groups in batch for n in nids}
+                                    | {n for _t, _n, groups in batch for g in groups for n in g})
+                    kept = {n for (n,) in twin.query("SELECT nid FROM chunks WHERE nid = ANY(%s)", (wanted,))}
+                    live = batch if len(kept) == len(wanted) else [
+                        (t, [n for n in nids if n in kept],
+                         [k for k in ([n for n in g if n in kept] for g in groups) if len(k) > 1])
+                        for t, nids, groups in batch]
+                    twin.touch_chunks_batch([(nids, t) for t, nids, _groups in live])
+                    rows, _groups = credit_rows(twin, live, views.config)
                     twin.credit_cooccurrence(rows)
             except RetryableStoreError:
                 for seq in named:

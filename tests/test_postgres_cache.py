@@ -244,7 +244,7 @@ def test_a_default_search_sends_only_its_change_check_and_the_queue_goes_out_on_
     """Review R6, then issue 14's p99: with reinforcement on (the default), every search sends only
     its change check (ahead of its work; the learned-link overlay reads the mirrored co-occurrence
     pairs), the 64th and 128th too: the queue of 64 searches is written by the flusher thread on
-    its own connection, in four statements (and the commit), not one per search. The search-time
+    its own connection, in five statements (and the commit), not one per search. The search-time
     credit rule is on (``hebbian_search``, opt-in) so the queue carries Hebbian credit too."""
     with Memory(pg_dsn, embedder=None, config=Config(reinforce_seconds=3600, hebbian_search=True)) as mem:
         mem.record_many([(f"rollout step {i} of the cache", f"rollout effect {i} of the cache") for i in range(300)])
@@ -264,9 +264,9 @@ def test_a_default_search_sends_only_its_change_check_and_the_queue_goes_out_on_
         with mem._views.lock:
             flusher.join()
         assert flusher.batches == 2  # the 64th, the 128th
-        # per batch: the writer lock, the access counts (sent before the weights' read), the weights
-        # read under the lock, the credit sent with the end of the write
-        assert len(twin.sent) == 2 * 4, twin.sent
+        # per batch: the writer lock, which of its chunks are still stored, the access counts (sent
+        # before the weights' read), the weights read under the lock, the credit sent with the end
+        assert len(twin.sent) == 2 * 5, twin.sent
         pairs = mem._store.query("SELECT COUNT(*), SUM(hits) FROM cooccurrence")[0]
         assert pairs[0] > 0 and pairs[1] >= pairs[0]
         assert mem._store.query("SELECT SUM(access_count) FROM chunks")[0][0] >= 128

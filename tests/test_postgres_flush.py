@@ -119,7 +119,8 @@ def test_close_writes_the_batch_in_flight_and_what_is_queued_behind_it(pg_dsn):
     returned = 0
     for i in range(13):  # 8 in flight (held), 5 queued behind them
         returned += len(m.search(f"pin the {('compiler', 'linker')[i % 2]} version {i}"))
-    assert held.started.wait(30)
+        if i == 7:
+            assert held.started.wait(30)  # the flusher has taken the first 8
     assert len(m._views._queued) == 5
     closing = threading.Thread(target=m.close)
     closing.start()
@@ -206,3 +207,29 @@ def test_an_idle_flusher_thread_ends_and_the_next_batch_starts_another(pg_dsn, m
         assert threads[0] is not threads[1] and flusher.batches == 2
         returned = m._store.query("SELECT SUM(access_count) FROM chunks")[0][0]
         assert returned >= 8
+
+
+def test_chunks_purged_before_the_flush_takes_the_lock_get_no_credit(pg_dsn):
+    """A purge that takes the writer lock while a batch waits to be written: the batch's write
+    (after it) leaves no co-occurrence row and no access count for the purged chunks (the inline
+    path had written the queue before the purge); the chunks that remain are credited."""
+    cfg = Config(reinforce_seconds=3600, reinforce_batch=4, hebbian_same_session=False, hebbian_search=True)
+    with Memory(pg_dsn, embedder=None, config=cfg) as m:
+        m.add("alpha release of the kafka consumer", user_id="u")
+        m.add("beta rollout of the kafka consumer", user_id="u")
+        m.add("gamma node of the zookeeper ensemble", user_id="v")
+        m.add("delta node of the zookeeper ensemble", user_id="v")
+        m.search("zookeeper ensemble", top_k=2, user_id="v")
+        m.flush()  # v's pair credited once, before
+        with Held(m) as held:
+            for i in range(4):
+                m.search("kafka consumer" if i % 2 else "zookeeper ensemble", top_k=2,
+                         user_id="u" if i % 2 else "v")
+            assert held.started.wait(30)
+            assert m.delete_all(user_id="u", purge=True) == 2  # takes the lock before the batch
+            held.release()
+            m.flush()
+        left = {n for (n,) in m._store.query("SELECT nid FROM chunks")}
+        pairs = m._store.query("SELECT a, b, hits FROM cooccurrence")
+        assert len(left) == 2 and pairs and all(a in left and b in left for a, b, _h in pairs)
+        assert [h for _a, _b, h in pairs] == [3]  # once before, twice in the batch
