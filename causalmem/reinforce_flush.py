@@ -175,7 +175,7 @@ class Flusher:
                     # took the lock first (the inline path wrote the queue before it) gets nothing
                     wanted = sorted({n for _t, nids, groups in batch for n in nids}
                                     | {n for _t, _n, groups in batch for g in groups for n in g})
-                    kept = {n for (n,) in twin.query("SELECT nid FROM chunks WHERE nid = ANY(%s)", (wanted,))}
+                    kept = twin.stored_nids(wanted)
                     live = batch if len(kept) == len(wanted) else [
                         (t, [n for n in nids if n in kept],
                          [k for k in ([n for n in g if n in kept] for g in groups) if len(k) > 1])

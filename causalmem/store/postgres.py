@@ -1339,6 +1339,10 @@ class PostgresStore(SharedStore):
         twin.on_begin = self.expect_own
         return twin
 
+    def stored_nids(self, nids: Sequence[int]) -> set[int]:
+        """Which of ``nids`` have a chunk row (live or deleted, not purged), read from the server."""
+        return {n for (n,) in self.query("SELECT nid FROM chunks WHERE nid = ANY(%s)", ([int(n) for n in nids],))}
+
     def expect_own(self, seq: int) -> None:
         """A twin's transaction will commit ``seq`` (it holds the writer lock): a change check that
         sees it before the twin's write is adopted does not take it for another host's."""
