@@ -192,16 +192,23 @@ def test_an_idle_flusher_thread_ends_and_the_next_batch_starts_another(pg_dsn, m
     from causalmem import reinforce_flush
 
     monkeypatch.setattr(reinforce_flush, "IDLE_S", 0.05)
+    threads: list = []  # every thread a wake-up started, noted in the searching thread (the test may look late)
+    wake = reinforce_flush.Flusher.wake
+
+    def noted(self):
+        wake(self)
+        if not any(t is self.thread for t in threads):
+            threads.append(self.thread)
+
+    monkeypatch.setattr(reinforce_flush.Flusher, "wake", noted)
     cfg = Config(reinforce_seconds=3600, reinforce_batch=4)
     with Memory(pg_dsn, embedder=None, config=cfg) as m:
         m.record_many([(f"decision {i}", f"outcome {i}") for i in range(10)])
         flusher = m._views._flusher
-        threads = []
-        for _ in range(2):
+        for k in range(2):
             for i in range(4):
                 m.search(f"decision {i}")
-            threads.append(flusher.thread)
-            assert threads[-1] is not None
+            assert len(threads) == k + 1 and threads[-1] is not None  # the 4th search started a thread
             threads[-1].join(30)  # written, then idle: the thread ends by itself
             assert not threads[-1].is_alive() and flusher.thread is None
         assert threads[0] is not threads[1] and flusher.batches == 2

@@ -1345,9 +1345,11 @@ class PostgresStore(SharedStore):
 
     def expect_own(self, seq: int) -> None:
         """A twin's transaction will commit ``seq`` (it holds the writer lock): a change check that
-        sees it before the twin's write is adopted does not take it for another host's."""
-        with self._lock:
-            self._expected.add(int(seq))
+        sees it before the twin's write is adopted does not take it for another host's. Called by the twin
+        while it holds the writer lock: it must not wait for ``_lock``, which this store holds through a
+        whole ``transaction()`` — also while that waits for the writer lock (a deadlock until the busy
+        timeout). A set's ``add`` is atomic; the twin commits ``seq`` only after this returns."""
+        self._expected.add(int(seq))
 
     def forget_expected(self, seq: int) -> None:
         """The twin's transaction that named ``seq`` committed nothing (rolled back, or changed no
