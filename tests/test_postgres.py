@@ -213,41 +213,53 @@ def test_two_memories_in_one_database_do_not_see_each_other(pg_database):
 
 
 # ---------------------------------------------------------------- retries
-def test_deadlock_with_another_session_is_retried_inside(pg_dsn):
-    """Another application's session locks a chunk row, then waits for the memory's state row that
-    a causalmem write holds: the server breaks the deadlock by aborting one side; when it aborts
-    causalmem's transaction the public call runs again, so the caller only sees success."""
+def test_deadlock_with_another_session_is_retried_inside(pg_dsn, monkeypatch):
+    """Another application's session locks a chunk row, waits until a causalmem write holds the
+    memory's writer lock and waits for that row, then asks for the writer lock itself: a deadlock.
+    The server aborts causalmem's side (the other session's check is set to run 20 s later); the
+    public call runs again, so the caller only sees success — and it did run again."""
+    import causalmem.store.postgres as pgmod
+    from causalmem.store.postgres import LOCK_NAMESPACE
+
+    aborted: list = []
+    real = pgmod._retryable
+    monkeypatch.setattr(pgmod, "_retryable", lambda exc: aborted.append(type(exc).__name__) or real(exc))
     with Memory(pg_dsn, embedder=None) as mem:
         edge = mem.record_decision("lock me", "then me")
         conn, schema = _admin(pg_dsn)
         conn.execute("SET deadlock_timeout = '20s'")  # the server's check runs on causalmem's side first
         cid = edge.src
-        done = threading.Event()
+        me = mem._store.conn.info.backend_pid
+        locked, done = threading.Event(), threading.Event()
         other_error: list = []
 
         def other() -> None:
             try:
                 with conn.transaction():
                     conn.execute(f"SELECT 1 FROM {schema}.chunks WHERE id = %s FOR UPDATE", (cid,))
-                    time.sleep(0.4)  # meanwhile causalmem takes the state row and waits for this chunk
-                    conn.execute(f"UPDATE {schema}.causalmem_state SET seq = seq")
-            except psycopg.Error as exc:
+                    locked.set()
+                    deadline = time.monotonic() + 60
+                    # causalmem holds the writer lock and waits for this row (not a sleep: its lock wait)
+                    while not conn.execute("SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted",
+                                           (me,)).fetchone()[0]:
+                        assert time.monotonic() < deadline, "causalmem never waited for the row"
+                        time.sleep(0.01)
+                    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_NAMESPACE, schema))
+            except Exception as exc:
                 other_error.append(exc)
             finally:
                 done.set()
 
         t = threading.Thread(target=other)
         t.start()
-        time.sleep(0.1)
+        assert locked.wait(30)
         q = mem.feedback(cid, 1.0)  # updates the locked chunk row inside its transaction
-        t.join(10)
+        t.join(60)
         conn.close()
-        assert done.is_set()
+        assert done.is_set() and other_error == []
         assert q > 0.5
         assert mem.get(cid).q_value == pytest.approx(q)
-        # the other session finished: the server aborted causalmem's side (its deadlock check runs
-        # first), and the facade ran the call again
-        assert other_error == []
+        assert aborted == ["DeadlockDetected"]  # the server aborted causalmem's side once; the facade ran it again
 
 
 def test_writer_lock_held_elsewhere_is_waited_for_or_refused_at_once(pg_dsn):
