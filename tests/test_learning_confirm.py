@@ -183,3 +183,28 @@ def test_confirm_writes_the_queued_search_credit_first(db_path, clock):
         got = _activation(m, "alpha release", b, user_id="u")
         m._projection.mark_stale()
         assert _activation(m, "alpha release", b, user_id="u") == pytest.approx(got, rel=1e-5)
+
+
+@pytest.mark.parametrize("fail_at", ["credit", "projection"])
+def test_a_confirm_that_fails_midway_leaves_no_pair_and_no_link(mem, monkeypatch, fail_at):
+    """One transaction (review C2): when the write fails after the pairs were credited in the store
+    (or while they go into the projection), nothing of the call stays: no stored pair, no link."""
+    a, b = _two(mem)
+    views = mem._views
+    if fail_at == "credit":
+        real = views.store.credit_cooccurrence
+
+        def credit_then_fail(rows):
+            real(rows)
+            raise RuntimeError("disk gone")
+        monkeypatch.setattr(views.store, "credit_cooccurrence", credit_then_fail)
+    else:
+        def fail(*args, **kwargs):
+            raise RuntimeError("disk gone")
+        monkeypatch.setattr(views, "confirmed_links", fail)
+    with pytest.raises(RuntimeError, match="disk gone"):
+        mem.confirm([a, b])
+    monkeypatch.undo()
+    assert _pairs(mem) == 0 and _weight(mem, a, b) is None
+    assert _activation(mem, "alpha release", b, user_id="u") is None
+    assert mem.confirm([a, b]) == 1 and _weight(mem, a, b) == pytest.approx(mem.config.hebbian_start)
