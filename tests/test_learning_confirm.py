@@ -7,31 +7,15 @@ import pytest
 
 from causalmem import Memory, learning
 from causalmem.config import Config
+# the graph-energy and stored-weight probes of the search-time learning tests, shared
+from test_retrieval_learning import LEX_GRAPH, _activation, _nid
+from test_retrieval_learning import _stored_weight as _weight
 
-LEX_GRAPH = ("lexical", "graph")
 DAY = 86400.0
-
-
-def _nid(m: Memory, chunk_id: str) -> int:
-    return m._store.nid_of(chunk_id)
-
-
-def _weight(m: Memory, x: str, y: str) -> float | None:
-    a, b = sorted((_nid(m, x), _nid(m, y)))
-    row = m._store.cooccurrence_row(a, b)
-    return None if row is None else row[2]
 
 
 def _pairs(m: Memory) -> int:
     return m.stats()["cooccurrence"]
-
-
-def _activation(m: Memory, query: str, target: str, **scope) -> float | None:
-    """The graph energy ``target`` receives for ``query`` (None: not returned)."""
-    for h in m.search(query, top_k=10, channels=LEX_GRAPH, explain=True, reinforce=False, **scope):
-        if h.id == target:
-            return h.signals["activation"]
-    return None
 
 
 @pytest.fixture
