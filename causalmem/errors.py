@@ -36,6 +36,19 @@ class ConfigurationError(CausalMemError, ValueError):
     """A feature was asked for that is not configured (e.g. infer=True without an LLM)."""
 
 
+def run_retrying(once: Callable[[], Any], may_retry: Callable[[], bool] = lambda: True) -> Any:
+    """``once()``, run again when the server rolled its transaction back (``RetryableStoreError``),
+    up to ``RETRIES`` times with a short growing pause, while ``may_retry()`` allows it."""
+    for attempt in range(RETRIES):
+        try:
+            return once()
+        except RetryableStoreError:
+            if attempt == RETRIES - 1 or not may_retry():
+                raise
+            time.sleep(0.01 * 2 ** attempt)
+    raise AssertionError("unreachable")
+
+
 def guard_public_methods(cls: type, guard: Callable[[Any], ContextManager[Any]],
                          may_retry: Callable[[Any], bool] | None = None) -> type:
     """Run every public method of ``cls`` inside ``guard(self)`` (the facade: a raw backend error
@@ -51,15 +64,10 @@ def guard_public_methods(cls: type, guard: Callable[[Any], ContextManager[Any]],
         def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(fn)
             def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-                for attempt in range(RETRIES):
-                    try:
-                        with guard(self):
-                            return fn(self, *args, **kwargs)
-                    except RetryableStoreError:
-                        if attempt == RETRIES - 1 or may_retry is None or not may_retry(self):
-                            raise
-                        time.sleep(0.01 * 2 ** attempt)
-                raise AssertionError("unreachable")
+                def once() -> Any:
+                    with guard(self):
+                        return fn(self, *args, **kwargs)
+                return run_retrying(once, lambda: may_retry is not None and may_retry(self))
             return method
 
         setattr(cls, name, wrap(fn))

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 from . import learning
-from .errors import RETRIES, RetryableStoreError, StoreError
+from .errors import StoreError, run_retrying
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
@@ -160,10 +159,11 @@ class Flusher:
         if self.twin is None:
             self.twin = main_.writer_twin()
         twin = self.twin
-        for attempt in range(RETRIES):
+
+        def once() -> tuple[int, dict, list[int] | None, list[tuple]] | None:
             named: list[int] = []
 
-            def begun(seq: int, named: list[int] = named) -> None:
+            def begun(seq: int) -> None:
                 named.append(seq)
                 main_.expect_own(seq)
 
@@ -173,7 +173,7 @@ class Flusher:
                 with twin.transaction(wait=True):
                     # the chunks still stored, under the writer lock: one purged by a write that
                     # took the lock first (the inline path wrote the queue before it) gets nothing
-                    wanted = sorted({n for _t, nids, groups in batch for n in nids}
+                    wanted = sorted({n for _t, nids, _g in batch for n in nids}
                                     | {n for _t, _n, groups in batch for g in groups for n in g})
                     kept = twin.stored_nids(wanted)
                     live = batch if len(kept) == len(wanted) else [
@@ -183,14 +183,7 @@ class Flusher:
                     twin.touch_chunks_batch([(nids, t) for t, nids, _groups in live])
                     rows, _groups = credit_rows(twin, live, views.config)
                     twin.credit_cooccurrence(rows)
-            except RetryableStoreError:
-                for seq in named:
-                    main_.forget_expected(seq)
-                if attempt == RETRIES - 1:
-                    raise
-                time.sleep(0.01 * 2 ** attempt)
-                continue
-            except BaseException:
+            except BaseException:  # rolled back (retried by run_retrying) or failed: nothing committed
                 for seq in named:
                     main_.forget_expected(seq)
                 raise
@@ -200,4 +193,5 @@ class Flusher:
                     main_.forget_expected(seq)
                 return None
             return done
-        return None  # pragma: no cover
+
+        return run_retrying(once)
