@@ -133,6 +133,7 @@ class Flusher:
                     if done is not None:
                         views.reinforcement_adopted(done, batch)
                     views._flushing_co = {}
+                    views._reinforcement_written()
                     self.batches += 1
                 finally:
                     self.inflight = False

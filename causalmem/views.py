@@ -167,6 +167,9 @@ class Views:
         # search reinforcement waiting for a write: (clock time, nids, nid groups of one scope each)
         self._queued: list[tuple[float, list[int], list[list[int]]]] = []
         self._queued_since = 0.0
+        #: searches whose reinforcement was dropped because the queue was full (the writer busy), ever
+        self.reinforce_dropped = 0
+        self._dropping_since: int | None = None  # reinforce_dropped when this episode of drops began
         # co-occurrence weight the queued searches will add, visible to the next query already
         self._pending_co: dict[tuple[int, int], float] = {}
         # ... and the credit of the batch a server backend's flusher thread is writing (``reinforce_flush``)
@@ -884,6 +887,8 @@ class Views:
                 self._effects = None
                 for fx in effects:
                     fx()
+                if queued:
+                    self._reinforcement_written()
                 self._track_commit()
                 self._journal_commit()
                 # _data_version stays as sync_external left it before this write: this connection's own
@@ -1233,17 +1238,37 @@ class Views:
         self._queued.append((self.now(), nids, pairs))
         self._learn_now(pairs)
         if len(self._queued) > self.config.reinforce_queue_max:
-            dropped = len(self._queued) - self.config.reinforce_queue_max
-            del self._queued[:dropped]
-            self._forget_pending()
-            log.warning("causalmem: %s: reinforcement queue full (writer busy); dropped the oldest %d searches",
-                        self.store.path, dropped)
+            self._drop_oldest(len(self._queued) - self.config.reinforce_queue_max)
         if len(self._queued) >= self.config.reinforce_batch or \
                 time.monotonic() - self._queued_since >= self.config.reinforce_seconds:
             if self._flusher is not None:
                 self._flusher.wake()  # written on the flusher's connection, not inside this search
             else:
                 self.flush_reinforcement(wait=False, sync=False)
+
+    def _drop_oldest(self, n: int) -> None:
+        """The queue is full (the writer has been busy for long): the oldest ``n`` searches are
+        dropped. The projection is re-read from the store only when one of them carried Hebbian
+        pairs (the overlay holds nothing else of them: by default a search queues access counts
+        only). One warning per episode; the episode ends, with an info line counting its drops,
+        at the next successful write of the queue (``_reinforcement_written``)."""
+        lost = self._queued[:n]
+        del self._queued[:n]
+        self.reinforce_dropped += n
+        if any(groups for _t, _nids, groups in lost):
+            self._forget_pending()
+        if self._dropping_since is None:
+            self._dropping_since = self.reinforce_dropped - n
+            log.warning("causalmem: %s: reinforcement queue full (writer busy): dropping the oldest searches' "
+                        "access counts%s until a write gets through (counted in reinforce_dropped)",
+                        self.store.path, " and links" if self.config.hebbian_search else "")
+
+    def _reinforcement_written(self) -> None:
+        """A write of the queued reinforcement committed: an episode of drops (if any) is over."""
+        if self._dropping_since is not None:
+            log.info("causalmem: %s: reinforcement written again; %d searches were dropped while the writer "
+                     "was busy", self.store.path, self.reinforce_dropped - self._dropping_since)
+            self._dropping_since = None
 
     def flush_reinforcement(self, *, wait: bool = True, sync: bool = True) -> int:
         """Write the queued reinforcement now; returns how many searches were written. With
