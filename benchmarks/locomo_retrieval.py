@@ -248,11 +248,16 @@ def score_question(ranked: list[str], gold: list[str]) -> np.ndarray:
 
 
 def ask_all(mem: Memory, convs: list[dict], dia_of: dict[str, str], channels: tuple[str, ...], fusion: str, *,
-            reinforce: bool, params: retrieval.RetrievalParams | None, confirm: bool = False) -> Scores:
-    """Every question of every conversation, in data order, on one store. ``confirm``: the simulated agent
-    of issue 13's protocol B: after a question is scored, it confirms (``Memory.confirm``) the hits of its
-    top 10 that are gold evidence, when there are at least 2 (what an agent that used them would confirm);
-    the credit reaches only the questions after it."""
+            reinforce: bool, params: retrieval.RetrievalParams | None, agent: Sequence[str] = ()) -> Scores:
+    """Every question of every conversation, in data order, on one store. ``agent``: what the simulated
+    agent of issue 13's protocol B does after a question is scored (its learning reaches only the
+    questions after it):
+    - ``confirm``: confirms (``Memory.confirm``) the hits of its top 10 that are gold evidence, when
+      there are at least 2 (what an agent that used them would confirm);
+    - ``feedback``: rewards (``Memory.feedback(id, 1.0)``) each hit of its top 10 that is gold evidence
+      (the memories it used to answer);
+    - ``feedback-top``: rewards its best hit, gold or not (an agent that trusts its first hit: a noisy
+      signal, the check that wrong feedback does not run away)."""
     out: Scores = {}
     for conv in convs:
         cats, rows = [], []
@@ -265,10 +270,14 @@ def ask_all(mem: Memory, convs: list[dict], dia_of: dict[str, str], channels: tu
                                         fusion=fusion, reinforce=reinforce, params=params)
             cats.append(qa["category"])
             rows.append(score_question([dia_of[h.id] for h in hits], qa["gold"]))
-            if confirm:
-                useful = [h.id for h in hits[:10] if dia_of[h.id] in set(qa["gold"])]
-                if len(useful) >= 2:
-                    mem.confirm(useful)
+            useful = list(dict.fromkeys(h.id for h in hits[:10] if dia_of[h.id] in set(qa["gold"])))
+            if "confirm" in agent and len(useful) >= 2:
+                mem.confirm(useful)
+            if "feedback" in agent:
+                for cid in useful:
+                    mem.feedback(cid, 1.0)
+            if "feedback-top" in agent and hits:
+                mem.feedback(hits[0].id, 1.0)
         out[conv["id"]] = (np.asarray(cats), np.vstack(rows) if rows else np.zeros((0, len(METRICS))))
     return out
 
@@ -475,9 +484,10 @@ def markdown(rows: list[dict], meta: dict) -> str:
 # --config); the token ``noaccess`` keeps a variant from writing access counts / importance (the
 # ablation of the learned links alone), ``coef=X`` sets the learned links' spread coefficient
 # (``projection.CO_OCCURRENCE_COEFFICIENT``) for that variant. Q-values are never changed by a search
-# (only ``feedback``): the table's last column counts them, 0 in every run. The token ``confirm`` makes the
-# variant's simulated agent confirm the gold hits of each question's top 10 after it is scored (issue 13's
-# protocol B, ``ask_all``); its reinforce-off peer is the same off grid (no learning, no confirmation).
+# (only ``feedback``): the table's last column counts them. The tokens ``confirm``, ``feedback`` and
+# ``feedback-top`` make the variant's simulated agent confirm / reward hits of each question's top 10 after
+# it is scored (issue 13's protocol B, ``ask_all``); its reinforce-off peer is the same off grid (no learning,
+# no confirmation, no feedback).
 # Named variants:
 NAMED_VARIANTS: dict[str, str] = {
     "on": "",                      # the default: everything a search's reinforcement does
@@ -487,23 +497,30 @@ NAMED_VARIANTS: dict[str, str] = {
 }
 
 
-def parse_variant(spec: str, base: Config) -> tuple[str, Config, bool, float | None, bool]:
-    """``label[:overrides]`` -> (label, Config, no access writes, learned-link coefficient or None, confirm)."""
+AGENT_ACTIONS = ("confirm", "feedback", "feedback-top")
+AGENT_WORDS = {"confirm": " + the agent confirms the gold hits of each top 10",
+               "feedback": " + the agent rewards the gold hits of each top 10",
+               "feedback-top": " + the agent rewards its best hit (gold or not)"}
+
+
+def parse_variant(spec: str, base: Config) -> tuple[str, Config, bool, float | None, tuple[str, ...]]:
+    """``label[:overrides]`` -> (label, Config, no access writes, learned-link coefficient or None, the
+    simulated agent's actions)."""
     label, _, over = spec.partition(":")
     label = label.strip()
     over = NAMED_VARIANTS.get(label, "") if not over else over
     items = [x.strip() for x in over.split(";") if x.strip()]
     no_access = "noaccess" in items
-    confirm = "confirm" in items
+    agent = tuple(x for x in AGENT_ACTIONS if x in items)
     coef = next((float(x.partition("=")[2]) for x in items if x.startswith("coef=")), None)
     kw = {}
-    for item in (x for x in items if x not in ("noaccess", "confirm") and not x.startswith("coef=")):
+    for item in (x for x in items if x != "noaccess" and x not in AGENT_ACTIONS and not x.startswith("coef=")):
         key, _, raw = item.partition("=")
         if not hasattr(base, key):
             raise SystemExit(f"locomo_retrieval: --paired {spec!r}: Config has no field {key!r}")
         kind = type(getattr(base, key))
         kw[key] = raw.lower() in ("1", "true", "yes") if kind is bool else kind(raw)
-    return label, replace(base, **kw), no_access, coef, confirm
+    return label, replace(base, **kw), no_access, coef, agent
 
 
 def _source_key(data: Path, extra: str) -> str:
@@ -585,7 +602,7 @@ def paired_mode(args: argparse.Namespace, convs: list[dict], emb: Any, cfg: Conf
         from causalmem import projection
 
         shipped_coef = projection.CO_OCCURRENCE_COEFFICIENT
-        for label, vcfg, no_access, coef, confirm in variants:
+        for label, vcfg, no_access, coef, agent in variants:
             t2 = time.perf_counter()
             projection.CO_OCCURRENCE_COEFFICIENT = shipped_coef if coef is None else coef
             on: dict[str, Scores] = {}
@@ -597,7 +614,7 @@ def paired_mode(args: argparse.Namespace, convs: list[dict], emb: Any, cfg: Conf
                         mem._views.accessed = lambda fx, nids: None  # type: ignore[method-assign]
                         mem._views.store.touch_chunks_batch = lambda touches: None  # type: ignore[method-assign]
                     on[name] = ask_all(mem, convs, dia_of, channels, fusion, reinforce=True, params=params,
-                                       confirm=confirm)
+                                       agent=agent)
                 if name == "shipped":
                     facts = _store_facts(path)
             sub_off = {g: off[g] for g in on}
@@ -607,7 +624,7 @@ def paired_mode(args: argparse.Namespace, convs: list[dict], emb: Any, cfg: Conf
             projection.CO_OCCURRENCE_COEFFICIENT = shipped_coef
             res = {"label": label, "coef": coef, "overrides": {f: getattr(vcfg, f) for f in vcfg.__dataclass_fields__
                                                                if getattr(vcfg, f) != getattr(Config(), f)},
-                   "no_access": no_access, "confirm": confirm, "cv_on": summarise_scores(p_on, conv_ids),
+                   "no_access": no_access, "agent": agent, "cv_on": summarise_scores(p_on, conv_ids),
                    "cv_off": summarise_scores(p_off, conv_ids), "chosen": chosen,
                    "cv": paired_spread(p_on, p_off, conv_ids), "shipped": paired_spread(shipped_on, shipped_off, conv_ids),
                    "facts": facts, "seconds": time.perf_counter() - t2}
@@ -693,7 +710,7 @@ def paired_markdown(results: list[dict], meta: dict) -> str:
         d, e = r["cv"]["R@10"], r["cv"]["nDCG@10"]
         sd, se = r["shipped"]["R@10"], r["shipped"]["nDCG@10"]
         ov = ", ".join(f"{k}={v}" for k, v in r["overrides"].items()) + (" + no access writes" if r["no_access"] else "") \
-            + (" + the agent confirms the gold hits of each top 10" if r.get("confirm") else "") \
+            + "".join(AGENT_WORDS[a] for a in r.get("agent", ())) \
             + (f" + link coefficient {r['coef']:g}" if r["coef"] is not None else "")
         lines.append(
             f"| {r['label']} | {ov or '(default)'} | {d['pooled']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}] | "

@@ -51,6 +51,14 @@ class Config:
     q_init: float = 0.5
     q_alpha: float = 0.1
     q_gamma: float = 0.9
+    # a memory's Q-value scales its fused search score by (0.5 + 0.5·Q) / (0.5 + 0.5·q_init): SPEC §4's
+    # seed factor, applied to the ranking too, and exactly 1 for a memory nobody has rewarded (so
+    # reinforcement off = on until a caller gives ``feedback``; a search never moves Q). A memory a
+    # caller found useful ranks higher for the next queries (MemRL: retrieval weighs learned utility
+    # beside similarity). False: Q reaches ranking only through the graph seeds' energy (SPEC §4).
+    # On LoCoMo-dev with an agent rewarding the gold hits it used, paired CV on - off: see README
+    # "The learning loop" (benchmarks/results/locomo_paired_feedback.md).
+    q_rank: bool = True
     # a pair's first credit: half of SPEC §5's 0.2 (one co-retrieval is weak evidence that two memories
     # belong together; a pair seen three times reaches 0.2). See README "The learning loop".
     hebbian_start: float = 0.1
@@ -156,6 +164,8 @@ class Config:
         if isinstance(self.hebbian_rerank_seeds, bool) or not isinstance(self.hebbian_rerank_seeds, int) \
                 or self.hebbian_rerank_seeds < 0:
             raise ValueError(f"hebbian_rerank_seeds must be an integer >= 0, got {self.hebbian_rerank_seeds!r}")
+        if not isinstance(self.q_rank, bool):
+            raise ValueError(f"q_rank must be a bool, got {self.q_rank!r}")
         if not isinstance(self.hebbian_search, bool):
             raise ValueError(f"hebbian_search must be a bool, got {self.hebbian_search!r}")
         if not isinstance(self.hebbian_rerank, bool):

@@ -192,6 +192,8 @@ def _ranked(views: Views, query: str, top_k: int, chans: tuple[str, ...], fusion
                                               cos, vec_ids, vec_sc, p, lex_vectors)
             if not len(nids):
                 return [], [], {}
+            if views.config.q_rank:  # before the second pass: its feedback comes from the best hits as ranked
+                scores = scores * usefulness(table.q[nids], views.config.q_init)
             if p.prf_terms and "lexical" in chans:
                 nids, scores = _second_pass(views, lexical, query, mask, nids, scores, lex_ids, depth, p)
         else:
@@ -214,6 +216,8 @@ def _ranked(views: Views, query: str, top_k: int, chans: tuple[str, ...], fusion
                     _fill_cosines(views, qvec[0], nids, cos)
                 scores = _hybrid(nids, lex_norm if "lexical" in chans else None, cos if qvec is not None else None,
                                  act if "graph" in chans else None, table, views.now(), p)
+            if views.config.q_rank:
+                scores = scores * usefulness(table.q[nids], views.config.q_init)
         order = np.lexsort((nids, -scores))
         pre = nids[order[: top_k * 3]]
         sup = views.store.superseded_chunks(pre.tolist())
@@ -329,6 +333,13 @@ def _lookup(keys: np.ndarray, vals: np.ndarray, ids: np.ndarray, default: float 
         hit = keys[pos] == ids
         out[hit] = vals[pos[hit]]
     return out
+
+
+def usefulness(q: np.ndarray, q_init: float) -> np.ndarray:
+    """The factor a memory's Q-value puts on its fused score (``Config.q_rank``): SPEC §4's seed
+    factor 0.5 + 0.5·Q, relative to a memory never rewarded (Q = ``q_init``: factor 1, scores as
+    without it). Q is clamped to [0, 1], so the factor stays within [0.5, 2] / (1 + q_init)."""
+    return (0.5 + 0.5 * np.asarray(q, dtype=np.float64)) / (0.5 + 0.5 * q_init)
 
 
 def _blend(views: Views, table, mask: np.ndarray, chans: tuple[str, ...], qvec, lex_ids: np.ndarray,
