@@ -104,7 +104,8 @@ _FIELD_DOCS = {
     "id": "Stable id of this memory or edge.", "text": "The memory's text.", "kind": "Kind of memory "
     "(decision, outcome, fact, turn, lesson, event, pattern).", "score": "Relevance (higher is better).",
     "energy": "Activation; negative = reached over a 'prevented' edge (a warning).",
-    "q_value": "Learned usefulness in [-1, 1] (raised by positive feedback).", "relation": "Edge type.",
+    "q_value": "Learned usefulness in [0, 1] (starts at 0.5; feedback moves it; a higher Q ranks higher).",
+    "relation": "Edge type.",
     "confidence": "How sure the edge is, 0..1.", "valid": "False once invalidated, superseded or deleted.",
     "created_at": "When stored (POSIX seconds).", "event_time": "When it happened (POSIX seconds), if known.",
     "metadata": "Free-form metadata stored with the memory.", "label": "DANGER, WARNING, SAFE or UNKNOWN.",

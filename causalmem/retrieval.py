@@ -249,6 +249,9 @@ def _ranked(views: Views, query: str, top_k: int, chans: tuple[str, ...], fusion
                     "cosine_rank": vec_rank.get(n), "cosine": cos.get(n),
                     "activation": act.get(n), "seed_energy": seeds.get(n),
                     "q_value": row.q_value, "importance": row.importance,
+                    # the factor Q put on the score (Config.q_rank; 1.0 for a memory nobody rewarded)
+                    "usefulness": float(usefulness(table.q[[n]], views.config.q_init)[0])
+                    if views.config.q_rank else 1.0,
                     "path": paths.get(n, []),
                     "superseded_by": sup.get(n),
                     "semantic_coverage": coverage,

@@ -125,3 +125,16 @@ def test_another_process_sees_the_reward_on_its_next_search(db_path, clock):
 def test_q_rank_must_be_a_bool(bad):
     with pytest.raises(ValueError, match="q_rank"):
         Config(q_rank=bad)
+
+
+def test_explain_shows_the_factor(db_path, clock):
+    with Memory(db_path, embedder=None, clock=clock) as m:
+        ids = _fill(m)
+        q = m.feedback(ids[1], 1.0)
+        sig = {h.id: h.signals for h in m.search(QUERY, top_k=5, user_id="u", explain=True, reinforce=False)}
+        assert sig[ids[1]]["q_value"] == pytest.approx(q)
+        assert sig[ids[1]]["usefulness"] == pytest.approx((0.5 + 0.5 * q) / 0.75)
+        assert sig[ids[0]]["usefulness"] == 1.0
+    with Memory(db_path, embedder=None, clock=clock, config=Config(q_rank=False)) as m:
+        sig = {h.id: h.signals for h in m.search(QUERY, top_k=5, user_id="u", explain=True, reinforce=False)}
+        assert sig[ids[1]]["usefulness"] == 1.0
