@@ -52,12 +52,17 @@ class Config:
     q_alpha: float = 0.1
     q_gamma: float = 0.9
     # a memory's Q-value scales its fused search score by (0.5 + 0.5·Q) / (0.5 + 0.5·q_init): SPEC §4's
-    # seed factor, applied to the ranking too, and exactly 1 for a memory nobody has rewarded (so
-    # reinforcement off = on until a caller gives ``feedback``; a search never moves Q). A memory a
-    # caller found useful ranks higher for the next queries (MemRL: retrieval weighs learned utility
-    # beside similarity). False: Q reaches ranking only through the graph seeds' energy (SPEC §4).
-    # On LoCoMo-dev with an agent rewarding the gold hits it used, paired CV on - off: see README
-    # "The learning loop" (benchmarks/results/locomo_paired_feedback.md).
+    # seed factor, applied to the ranking too, exactly 1 for a memory whose Q never moved (a store nobody
+    # gave feedback to and that never slept ranks as without it). A memory a caller rewarded ranks higher
+    # for the next queries (MemRL: retrieval weighs learned utility beside similarity). A search never
+    # moves Q; `feedback` does, and so does sleep's stage 1.5 (SPEC §6: r = 1 to both ends of
+    # replay-protected edges: failure lessons, a session's temporal links, edges whose ends were accessed
+    # within 7 days), so after a sleep those memories rank higher too, and reinforcement on / off can
+    # differ then (access counts toward protection). Bounded: [0.67, 1.33] at q_init 0.5. A store written
+    # at one q_init and opened with another ranks its older memories by the difference. False: Q reaches
+    # ranking only through the graph seeds' energy (SPEC §4). Measured on LoCoMo-dev with an agent
+    # rewarding the gold hits it used: README "Q-values rank what proved useful",
+    # benchmarks/results/locomo_paired_feedback.md.
     q_rank: bool = True
     # a pair's first credit: half of SPEC §5's 0.2 (one co-retrieval is weak evidence that two memories
     # belong together; a pair seen three times reaches 0.2). See README "The learning loop".

@@ -341,8 +341,11 @@ def _lookup(keys: np.ndarray, vals: np.ndarray, ids: np.ndarray, default: float 
 def usefulness(q: np.ndarray, q_init: float) -> np.ndarray:
     """The factor a memory's Q-value puts on its fused score (``Config.q_rank``): SPEC §4's seed
     factor 0.5 + 0.5·Q, relative to a memory never rewarded (Q = ``q_init``: factor 1, scores as
-    without it). Q is clamped to [0, 1], so the factor stays within [0.5, 2] / (1 + q_init)."""
-    return (0.5 + 0.5 * np.asarray(q, dtype=np.float64)) / (0.5 + 0.5 * q_init)
+    without it). Q is clamped to [0, 1], so the factor stays within [1, 2] / (1 + q_init). The chunk
+    table holds Q as float32: the reference is ``q_init`` as float32 too, so an unrewarded memory's
+    factor is exactly 1 for every ``q_init`` (0.3 is not a float32)."""
+    ref = float(np.float32(q_init))
+    return (0.5 + 0.5 * np.asarray(q, dtype=np.float64)) / (0.5 + 0.5 * ref)
 
 
 def _blend(views: Views, table, mask: np.ndarray, chans: tuple[str, ...], qvec, lex_ids: np.ndarray,

@@ -4,6 +4,9 @@ this process and another), a memory nobody rewarded ranks exactly as without the
 bounded, a search alone never moves Q, scopes stay apart, and the switch turns it off."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -116,9 +119,36 @@ def test_another_process_sees_the_reward_on_its_next_search(db_path, clock):
     with Memory(db_path, embedder=None, clock=clock) as reader:
         ids = _fill(reader)
         assert _ranked(reader)[0][0] != ids[4]
-        with Memory(db_path, embedder=None, clock=clock) as writer:
+        with Memory(db_path, embedder=None, clock=clock) as writer:  # another Memory in this process
             writer.feedback(ids[4], 1.0)
         assert _ranked(reader)[0][0] == ids[4]
+        code = ("import sys; from causalmem import Memory\n"
+                "with Memory(sys.argv[1], embedder=None) as m: print(m.feedback(sys.argv[2], 1.0))")
+        out = subprocess.run([sys.executable, "-c", code, str(db_path), ids[2]], capture_output=True, text=True,
+                             timeout=120)  # another OS process
+        assert out.returncode == 0, out.stderr
+        assert float(out.stdout) > reader.config.q_init
+        # its next search, no reopen: both rewarded once (equal Q, so the tie goes to the older one)
+        assert [i for i, _ in _ranked(reader)][:2] == [ids[2], ids[4]]
+
+
+def test_sleep_moves_q_and_so_the_ranking(db_path, clock):
+    """Documented (README "Q-values rank what proved useful"): sleep's stage 1.5 (SPEC §6) rewards both
+    ends of replay-protected edges, such as a session's temporal links (confidence 1.0), so after a sleep
+    those turns rank above an equal single message, with no feedback from anyone; q_rank=False does not."""
+    with Memory(db_path, embedder=None, clock=clock) as m:
+        single = m.add(TEXTS[0], user_id="u")[0].id
+        turn = m.add([{"role": "user", "content": TEXTS[1]},
+                      {"role": "assistant", "content": "noted, looking into it later today"}],
+                     user_id="u", session_id="s")[0].id
+        ranked = _ranked(m, fusion="hybrid", channels=("lexical",))
+        assert dict(ranked)[single] == dict(ranked)[turn]  # equal before
+        report = m.sleep()
+        assert report.q_updates >= 2 and m.get(turn).q_value > m.config.q_init == m.get(single).q_value
+        assert _ranked(m, fusion="hybrid", channels=("lexical",))[0][0] == turn
+    with Memory(db_path, embedder=None, clock=clock, config=Config(q_rank=False)) as m:
+        ranked = _ranked(m, fusion="hybrid", channels=("lexical",))
+        assert dict(ranked)[single] == dict(ranked)[turn]
 
 
 @pytest.mark.parametrize("bad", ["yes", 1, None])
