@@ -15,6 +15,9 @@ What stays as it was:
   leaves the batch queued (in front of newer searches) for the next wake-up;
 * ``flush()`` and ``close()`` wait for a write in flight, then write what is still queued on the
   main connection: nothing queued is lost at close;
+* a write on the main connection (``Views.write``: ``confirm``, ``add`` ...) waits for a batch in flight
+  before it takes the writer lock (``Flusher.settle``), so it reads the co-occurrence weights with
+  the batch's credit in them, as the projection counts them;
 * a crash loses what is queued in memory, as on SQLite (whose queue is in memory too): at most
   the searches since the last written batch, including a batch in flight.
 """
@@ -83,6 +86,22 @@ class Flusher:
         """Wait (the views lock released meanwhile) until no batch is in flight or asked for."""
         while self.inflight or (self.wanted and not self.stopping and self.thread is not None
                                 and self.thread.is_alive()):
+            self.cond.wait(0.5)
+
+    def settle(self) -> None:
+        """Wait (the views lock released meanwhile) until no batch is in flight: a write on the main
+        connection calls this before it takes the writer lock (``Views._write``; the caller holds the
+        views lock, and keeps it through its transaction, so no batch is taken meanwhile).
+
+        Why: the projection counts a batch's credit from its searches on; a write that took the
+        writer lock between the batch's pick-up and its commit would read the co-occurrence weights
+        without it — a ``confirm`` would add a first credit (``hebbian_start``) to the projection
+        where the batch had given it already — and leave the projection a credit step off the store
+        until the next rebuild (the stored weights are right: credits commute). No deadlock: the
+        thread holding the writer lock for the batch needs neither this lock nor the main store's
+        ``_lock`` until it has committed (``PostgresStore.expect_own``), and then takes them with the
+        writer lock released."""
+        while self.inflight:
             self.cond.wait(0.5)
 
     def close(self) -> None:

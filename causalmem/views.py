@@ -864,6 +864,8 @@ class Views:
         with self.lock:
             outer = self._effects is None
             if outer:
+                if self._flusher is not None:
+                    self._flusher.settle()  # a batch the flusher took is written first (see ``settle``)
                 if sync or getattr(self.store, "foreign_changes", None) is None:
                     self.sync_external()
                 self._before_write()

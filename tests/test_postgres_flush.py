@@ -217,11 +217,12 @@ def test_an_idle_flusher_thread_ends_and_the_next_batch_starts_another(pg_dsn, m
 
 
 def test_chunks_purged_before_the_flush_takes_the_lock_get_no_credit(pg_dsn):
-    """A purge that takes the writer lock while a batch waits to be written: the batch's write
-    (after it) leaves no co-occurrence row and no access count for the purged chunks (the inline
-    path had written the queue before the purge); the chunks that remain are credited."""
+    """Another host's purge takes the writer lock while a batch waits to be written: the batch's
+    write (after it) leaves no co-occurrence row and no access count for the purged chunks; the
+    chunks that remain are credited. (This host's own purge waits for the batch in flight:
+    ``Flusher.settle``.)"""
     cfg = Config(reinforce_seconds=3600, reinforce_batch=4, hebbian_same_session=False, hebbian_search=True)
-    with Memory(pg_dsn, embedder=None, config=cfg) as m:
+    with Memory(pg_dsn, embedder=None, config=cfg) as m, Memory(pg_dsn, embedder=None) as other:
         m.add("alpha release of the kafka consumer", user_id="u")
         m.add("beta rollout of the kafka consumer", user_id="u")
         m.add("gamma node of the zookeeper ensemble", user_id="v")
@@ -233,10 +234,60 @@ def test_chunks_purged_before_the_flush_takes_the_lock_get_no_credit(pg_dsn):
                 m.search("kafka consumer" if i % 2 else "zookeeper ensemble", top_k=2,
                          user_id="u" if i % 2 else "v")
             assert held.started.wait(30)
-            assert m.delete_all(user_id="u", purge=True) == 2  # takes the lock before the batch
+            assert other.delete_all(user_id="u", purge=True) == 2  # takes the lock before the batch
             held.release()
             m.flush()
         left = {n for (n,) in m._store.query("SELECT nid FROM chunks")}
         pairs = m._store.query("SELECT a, b, hits FROM cooccurrence")
         assert len(left) == 2 and pairs and all(a in left and b in left for a, b, _h in pairs)
         assert [h for _a, _b, h in pairs] == [3]  # once before, twice in the batch
+
+
+def test_a_confirm_while_a_batch_is_in_flight_leaves_the_projection_equal_to_the_store(pg_dsn):
+    """``confirm`` of a pair whose search credit is in flight (the flusher took the batch and has
+    not taken the writer lock yet): after both commit, what the queries see is what the store holds
+    (a projection rebuilt from the store alone gives the same energy). The confirm's credit counts
+    the batch's: the write waits for the batch in flight (``Views._write``), else it would add a
+    first credit (``hebbian_start``) on top of the batch's own first one."""
+    cfg = Config(reinforce_seconds=3600, reinforce_batch=4, hebbian_same_session=False, hebbian_search=True)
+    with Memory(pg_dsn, embedder=None, config=cfg) as m:
+        a = m.add("alpha release of the kafka consumer", user_id="u")[0].id
+        b = m.add("beta rollout of the kafka consumer", user_id="u")[0].id
+        with Held(m) as held:
+            for _ in range(4):
+                m.search("kafka consumer", top_k=2, user_id="u")
+            assert held.started.wait(30) and _stored(m, a, b) is None  # the pair's first credits, in flight
+            # the confirm runs in a thread; the flusher is let go once the confirm has committed
+            # (the old code) or waits for the batch (a wait on the flusher's condition): no timing
+            confirming: list[threading.Thread] = []
+            parked, result = threading.Event(), []
+            cond = held.flusher.cond
+            wait = cond.wait
+
+            def noted(timeout=None):
+                if threading.current_thread() in confirming:
+                    parked.set()
+                return wait(timeout)
+
+            cond.wait = noted
+
+            def run() -> None:
+                try:
+                    result.append(m.confirm([a, b]))
+                except BaseException as exc:  # pragma: no cover - reported by the assertion below
+                    result.append(exc)
+                finally:
+                    parked.set()
+
+            confirming.append(threading.Thread(target=run))
+            confirming[0].start()
+            assert parked.wait(30)
+            held.release()
+            confirming[0].join(30)
+            assert not confirming[0].is_alive() and result == [1]
+        m.flush()
+        step, start = m.config.hebbian_step, m.config.hebbian_start
+        assert _stored(m, a, b) == pytest.approx(start + 4 * step)  # credits commute: 4 searches + 1 confirm
+        seen = _activation(m, "alpha release", b, user_id="u")
+        m._projection.mark_stale()  # rebuilt from the store alone
+        assert _activation(m, "alpha release", b, user_id="u") == pytest.approx(seen, rel=1e-5)
