@@ -708,4 +708,6 @@ def stats(views: Views, filters: Mapping[str, str]) -> dict[str, Any]:
         c["schema_version"] = views.store.user_version()
         c["graph_rebuilds"] = views.projection.rebuilds
         c["embedder"] = views.embedder_name
+        # searches whose access counts were dropped because the writer stayed busy (queue full)
+        c["reinforce_dropped"] = views.reinforce_dropped
         return c

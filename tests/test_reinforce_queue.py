@@ -111,7 +111,7 @@ def test_a_full_queue_drops_without_a_rebuild_per_search_and_warns_once(target, 
             full = [r for r in caplog.records if FULL in r.getMessage()]
             assert [r.levelno for r in full] == [logging.WARNING]  # once, not once per search
             dropped = n - in_flight - QUEUE_MAX
-            assert views.reinforce_dropped == dropped
+            assert views.reinforce_dropped == dropped == m.stats()["reinforce_dropped"]
         written = m.flush()  # PostgreSQL: the flusher thread may have taken the rest already
         assert not views._queued and written == (0 if in_flight and written == 0 else QUEUE_MAX)
         kept = in_flight + QUEUE_MAX  # the searches whose access counts reach the store
