@@ -73,6 +73,7 @@ class Flusher:
         self.thread: threading.Thread | None = None
         self.twin: Any = None
         self.batches = 0  # batches written (tests)
+        self.settling = 0  # writers waiting in ``settle``: no new batch is taken meanwhile
 
     def wake(self) -> None:
         """A search filled the batch (the caller holds the views lock): write it soon."""
@@ -101,8 +102,15 @@ class Flusher:
         thread holding the writer lock for the batch needs neither this lock nor the main store's
         ``_lock`` until it has committed (``PostgresStore.expect_own``), and then takes them with the
         writer lock released."""
-        while self.inflight:
-            self.cond.wait(0.5)
+        if not self.inflight:
+            return
+        self.settling += 1  # the thread takes no new batch before this writer has had its turn
+        try:
+            while self.inflight:
+                self.cond.wait(0.5)
+        finally:
+            self.settling -= 1
+            self.cond.notify_all()  # the thread may take the next batch once this write has released the lock
 
     def close(self) -> None:
         """Stop the thread after its batch in flight (the caller holds the views lock), close the twin."""
@@ -121,7 +129,7 @@ class Flusher:
         views = self.views
         while True:
             with views.lock:
-                while not self.wanted and not self.stopping:
+                while (not self.wanted or self.settling) and not self.stopping:
                     if not self.cond.wait(IDLE_S) and not self.wanted and not self.stopping:
                         self.thread = None  # idle: ends here; ``wake`` starts another
                         self.cond.notify_all()

@@ -59,9 +59,11 @@ def test_the_log_is_checkpointed_by_the_thread_not_by_the_commit(tmp_path):
         ck = store._checkpointer
         runs = []
         real = ck._run
+        go = threading.Event()  # the thread's checkpoint waits until the file size was read
 
         def run():
             runs.append(threading.current_thread().name)
+            assert go.wait(120), "the test never let the checkpoint run"
             real()
 
         ck._run = run  # type: ignore[method-assign]
@@ -72,8 +74,10 @@ def test_the_log_is_checkpointed_by_the_thread_not_by_the_commit(tmp_path):
             assert ck._thread is None  # nothing asked for a checkpoint yet
             mem.record_many(_batch(k))
             k += 1
-        # the commits copied nothing into the database file themselves
+        # the commits copied nothing into the database file themselves (the last one woke the
+        # thread, whose checkpoint would copy the log at any moment from here: it waits for ``go``)
         assert os.path.getsize(db) == file_before
+        go.set()
         _wait_for(ck, 1)
         assert runs == ["causalmem-checkpoint"]
         # the thread's own checkpoint copied the whole log (the writer is idle, no reader holds a
