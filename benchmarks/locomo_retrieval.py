@@ -570,7 +570,7 @@ def paired_mode(args: argparse.Namespace, convs: list[dict], emb: Any, cfg: Conf
         # reinforce off at every grid point needed (cached: they depend on the code, not on the rule)
         t1 = time.perf_counter()
         key = _source_key(args.data, f"{args.config}|{args.raw_cosine}|{GRID_AXES}|{len(points)}|"
-                          f"{'none' if emb is None else emb.model_name}")
+                          f"{'none' if emb is None else emb.model_name}|encoded as users encode")
         off_file = cache / f"off-{key}.npz" if cache else None
         off: dict[str, Scores] = {}
         if off_file is not None and off_file.is_file():
@@ -780,7 +780,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--paired-grid", default="top3",
                     help="paired mode: 'shipped' (no CV), 'topN' (reinforce-on at the shipped point and each fold's N "
                     "best off points), 'full'")
-    ap.add_argument("--cache", default="", help="directory for encoded texts and reinforce-off scores between runs")
+    ap.add_argument("--cache", default="", help="directory for the reinforce-off scores between runs (paired mode)")
     args = ap.parse_args(argv)
     cfg = parse_config(args.config)
     if args.paired and args.out == str(DEFAULT_OUT):
@@ -804,16 +804,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     conv_ids = [c["id"] for c in convs]
     emb = make_embedder(args.embedder)
-    emb_file = None
-    if args.cache and emb is not None:
-        Path(args.cache).mkdir(parents=True, exist_ok=True)
-        emb_file = Path(args.cache) / f"vectors-{re.sub(r'[^A-Za-z0-9]+', '_', emb.model_name)}.npz"
-        emb.load(emb_file)
-    if emb is not None:  # encode every turn and question once, in big batches
-        emb.encode([f"{t['speaker']}: {t['text']}" for c in convs for _, _, ts in c["sessions"] for t in ts])
-        emb.encode([qa["question"] for c in convs for qa in c["qa"]])
-        if emb_file is not None:
-            emb.save(emb_file)
+    # No pre-encoding: the turns are embedded by the store's background worker as `Memory.add` leaves
+    # them, each question by its own `search`, as a user's calls do. The default int8 ONNX encoder
+    # quantises a call's activations together, so a text's vector depends on the texts encoded with it:
+    # encoding every question in one batch call (as this harness did until 2026-12-02) made the figures a
+    # function of the harness's batching (benchmarks/results/encoder_quality.md). `CachedEmbedder` only
+    # hands the same text's first vector to the later fresh memories of one run.
     if args.paired:
         return paired_mode(args, convs, emb, cfg)
     configs = [cfg for cfg in CONFIGS if emb is not None or "semantic" not in cfg[1]]
