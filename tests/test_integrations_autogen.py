@@ -151,3 +151,115 @@ def test_component_config_round_trip(db_path):
         await mem.close()
 
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------- learning from the caller
+PAYMENTS_Q = "When does the payments service deploy?"
+PAIR = ("The payments service deploys on Fridays.", "The payments service deploys on Mondays.")
+OTHERS = ("Lunch is at noon.", "Kim is on call for search this week.")
+
+
+def test_feedback_on_a_recalled_memory_ranks_it_first_in_the_next_run(db_path):
+    """A real AssistantAgent (default MiniLM): the agent's MemoryQueryEvent carries the recalled
+    MemoryContents; feedback on the second makes the next run recall it first. Bob's memory (same
+    texts, other user_id, same database) does not move; negative feedback hurts."""
+    async def main():
+        memory = CausalMemory(str(db_path), user_id="alice", top_k=3)
+        bob = CausalMemory(memory=memory.memory, user_id="bob", top_k=3)
+        for text in (*PAIR, *OTHERS):
+            await memory.add(_text(text))
+            await bob.add(_text(text))
+        bob_before = [r.content for r in (await bob.query(PAYMENTS_Q)).results]
+        client = ReplayChatCompletionClient(["Fridays.", "Mondays.", "Fridays."])
+        agent = AssistantAgent("assistant", model_client=client, memory=[memory])
+
+        async def recalled() -> list[MemoryContent]:
+            result = await agent.run(task=PAYMENTS_Q)
+            events = [m for m in result.messages if isinstance(m, MemoryQueryEvent)]
+            assert len(events) == 1
+            return list(events[0].content)
+
+        first = await recalled()
+        assert {c.content for c in first[:2]} == set(PAIR)
+        q = await memory.feedback(first[1], 1.0)
+        assert q > memory.memory.config.q_init
+        second = await recalled()
+        assert [c.content for c in second[:2]] == [first[1].content, first[0].content]
+        assert [r.content for r in (await bob.query(PAYMENTS_Q)).results] == bob_before
+        # by id, as query() results carry it; it hurt after all
+        assert await memory.feedback(second[0].metadata["id"], -1.0) < memory.memory.config.q_init
+        third = [r.content for r in (await memory.query(PAYMENTS_Q)).results]
+        assert third[:2] == [first[0].content, first[1].content]
+        assert [r.content for r in (await bob.query(PAYMENTS_Q)).results] == bob_before
+        await bob.close()
+        await memory.close()
+
+    asyncio.run(main())
+
+
+def test_confirm_links_results_for_the_next_query(db_path):
+    """Lexical + graph (no model): "alpha release" finds A only; after confirm([A, B]) the next query
+    reaches B over the learned link, and not C."""
+    async def main():
+        mem = CausalMemory(str(db_path), user_id="alice", embedder=None, top_k=5)
+        for text in ("alpha release of the kafka consumer", "beta rollout finished on friday",
+                     "gamma lunch is at noon"):
+            await mem.add(_text(text))
+        res = (await mem.query("alpha release")).results
+        assert [r.content for r in res] == ["alpha release of the kafka consumer"]
+        b = (await mem.query("beta rollout")).results[0]
+        assert await mem.confirm([res[0], b]) == 1
+        after = (await mem.query("alpha release")).results
+        assert [r.content for r in after] == ["alpha release of the kafka consumer", "beta rollout finished on friday"]
+        assert after[1].metadata["score"] > 0
+        await mem.close()
+
+    asyncio.run(main())
+
+
+def test_feedback_and_confirm_bad_arguments_and_scope_wall(db_path):
+    async def main():
+        shared = Memory(db_path, embedder=None)
+        alice = CausalMemory(memory=shared, user_id="alice")
+        bob = CausalMemory(memory=shared, user_id="bob")
+        everyone = CausalMemory(memory=shared)
+        await alice.add(_text("alice deploys on fridays"))
+        await bob.add(_text("bob deploys on mondays"))
+        a = (await alice.query("deploys")).results[0]
+        b = (await bob.query("deploys")).results[0]
+        assert a.content == "alice deploys on fridays" and b.content == "bob deploys on mondays"
+        for bad in (1.5, -2, float("nan")):
+            with pytest.raises(ValueError, match="reward"):
+                await alice.feedback(a, bad)
+        with pytest.raises(TypeError, match="reward"):
+            await alice.feedback(a, "good")  # type: ignore[arg-type]
+        with pytest.raises(KeyError, match="content"):
+            await alice.feedback(b, 1.0)  # bob's memory: unknown in alice's scope
+        with pytest.raises(KeyError, match="content"):
+            await alice.feedback(b.metadata["id"], 1.0)
+        with pytest.raises(KeyError, match="content.*'no-such-id'"):
+            await alice.feedback("no-such-id", 1.0)
+        with pytest.raises(ValueError, match="content.*metadata"):
+            await alice.feedback(_text("never stored"), 1.0)
+        with pytest.raises(TypeError, match="content"):
+            await alice.feedback(42, 1.0)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="contents"):
+            await alice.confirm(a)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="contents"):
+            await alice.confirm([])
+        with pytest.raises(KeyError, match="contents"):
+            await alice.confirm([a, b])
+        with pytest.raises(ValueError, match="contents.*different scopes"):
+            await everyone.confirm([a, b])  # an unscoped memory reaches both, but no link joins two scopes
+        assert shared.stats()["cooccurrence"] == 0
+        assert {c.q_value for c in shared.get_all()} == {shared.config.q_init}
+        await everyone.feedback(b, 1.0)  # the unscoped memory may reward bob's
+        assert shared.get(b.metadata["id"]).q_value > shared.get(a.metadata["id"]).q_value
+        shared.delete(a.metadata["id"])
+        with pytest.raises(KeyError, match="content"):
+            await alice.feedback(a, 1.0)  # deleted: unknown
+        for m in (alice, bob, everyone):
+            await m.close()
+        shared.close()
+
+    asyncio.run(main())

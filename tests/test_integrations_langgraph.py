@@ -869,6 +869,146 @@ def test_state_graph_two_threads_share_long_term_memory(tmp_path):
         assert {i.value["thread"] for i in items} == {"thread-1"}
 
 
+
+# ---------------------------------------------------------------------------- learning from the caller
+PAYMENTS_Q = "when does the payments service deploy?"
+PAIR = {"fri": "The payments service deploys on Fridays.", "mon": "The payments service deploys on Mondays."}
+OTHERS = {"lunch": "Lunch is at noon.", "oncall": "Kim is on call for search this week."}
+
+
+def _keys(hits) -> list[str]:
+    return [h.key for h in hits]
+
+
+def _fill(s: CausalMemStore, ns: tuple[str, ...]) -> None:
+    for key, text in {**PAIR, **OTHERS}.items():
+        s.put(ns, key, {"text": text})
+
+
+def test_feedback_on_a_lower_result_ranks_it_higher_in_its_namespace_only(tmp_path):
+    """The default store (packaged MiniLM): two near-equal answers; feedback on the second makes the
+    next search through the store rank it first. Bob's namespace holds the same keys and texts: his
+    ranking does not move (the (namespace, key) reaches alice's item only). Negative feedback hurts."""
+    alice, bob = ("alice", "memories"), ("bob", "memories")
+    with CausalMemStore(tmp_path / "fb.db") as s:
+        assert s.memory.embedder is not None and s.memory.config.q_rank
+        _fill(s, alice)
+        _fill(s, bob)
+        hits = s.search(alice, query=PAYMENTS_Q, limit=4)
+        assert set(_keys(hits[:2])) == set(PAIR)
+        top, low = hits[0], hits[1]
+        bob_before = _keys(s.search(bob, query=PAYMENTS_Q, limit=4))
+        assert _keys(s.search(alice, query=PAYMENTS_Q, limit=4)) == _keys(hits)  # a search alone moves nothing
+        q = s.feedback(low.namespace, low.key, 1.0)
+        assert q > s.memory.config.q_init
+        after = s.search(alice, query=PAYMENTS_Q, limit=4)
+        assert _keys(after)[:2] == [low.key, top.key]
+        assert _keys(s.search(bob, query=PAYMENTS_Q, limit=4)) == bob_before
+        # it hurt after all: back below the other answer
+        assert s.feedback(alice, low.key, -1.0) < s.memory.config.q_init
+        assert _keys(s.search(alice, query=PAYMENTS_Q, limit=4))[:2] == [top.key, low.key]
+        assert _keys(s.search(bob, query=PAYMENTS_Q, limit=4)) == bob_before
+
+
+def test_afeedback_from_a_state_graph_node(tmp_path):
+    """In a real StateGraph: one node recalls, the next rewards the hit the user picked
+    (``get_store().afeedback``); the next run of the graph recalls it first."""
+    from typing import TypedDict
+
+    from langgraph.config import get_store
+    from langgraph.graph import END, START, StateGraph
+
+    class State(TypedDict, total=False):
+        question: str
+        picked: int
+        recalled: list[str]
+
+    async def recall(state: State) -> dict:
+        hits = await get_store().asearch(("alice", "memories"), query=state["question"], limit=3)
+        return {"recalled": [h.key for h in hits]}
+
+    async def learn(state: State) -> dict:
+        if state.get("picked") is not None:
+            await get_store().afeedback(("alice", "memories"), state["recalled"][state["picked"]], 1.0)
+        return {}
+
+    builder = StateGraph(State)
+    builder.add_node("recall", recall)
+    builder.add_node("learn", learn)
+    builder.add_edge(START, "recall")
+    builder.add_edge("recall", "learn")
+    builder.add_edge("learn", END)
+
+    async def main(store: CausalMemStore) -> tuple[list[str], list[str]]:
+        graph = builder.compile(store=store)
+        first = (await graph.ainvoke({"question": PAYMENTS_Q, "picked": 1}))["recalled"]
+        second = (await graph.ainvoke({"question": PAYMENTS_Q}))["recalled"]
+        return first, second
+
+    with CausalMemStore(tmp_path / "graph_fb.db") as store:
+        _fill(store, ("alice", "memories"))
+        first, second = asyncio.run(main(store))
+    assert set(first[:2]) == set(PAIR)
+    assert second[:2] == [first[1], first[0]]
+
+
+def test_confirm_links_items_of_one_namespace_for_the_next_search(tmp_path):
+    """Lexical + graph (no model): "alpha release" finds A only; after confirm(ns, [A, B]) the next
+    search through the store reaches B over the learned link, and not C."""
+    ns = ("team", "notes")
+    with CausalMemStore(tmp_path / "confirm.db", embedder=None) as s:
+        s.put(ns, "A", {"text": "alpha release of the kafka consumer"})
+        s.put(ns, "B", {"text": "beta rollout finished on friday"})
+        s.put(ns, "C", {"text": "gamma lunch is at noon"})
+        s.put(("other",), "A", {"text": "alpha release of the kafka consumer"})
+        assert _keys(s.search(ns, query="alpha release")) == ["A"]
+        assert s.confirm(ns, ["A", "B"]) == 1
+        hits = s.search(ns, query="alpha release")
+        assert _keys(hits) == ["A", "B"] and hits[1].score > 0
+        assert _keys(s.search(("other",), query="alpha release")) == ["A"]  # the other namespace's A: no link
+
+        async def again() -> int:
+            return await s.aconfirm(ns, ["A", "C"])
+
+        assert asyncio.run(again()) == 1
+        assert set(_keys(s.search(ns, query="alpha release"))) == {"A", "B", "C"}
+
+
+def test_feedback_and_confirm_bad_arguments(store):
+    ns = ("alice", "memories")
+    store.put(ns, "a", {"text": "the staging database runs postgres 16"})
+    store.put(ns, "b", {"text": "lunch is at noon"})
+    store.put(("bob", "memories"), "c", {"text": "bob's note"})
+    for bad in (1.5, -1.01, float("nan"), float("inf"), 10 ** 400):
+        with pytest.raises(ValueError, match="reward"):
+            store.feedback(ns, "a", bad)
+    for bad in ("1.0", None, True):
+        with pytest.raises(TypeError, match="reward"):
+            store.feedback(ns, "a", bad)  # type: ignore[arg-type]
+    with pytest.raises(KeyError, match="key.*'nope'"):
+        store.feedback(ns, "nope", 1.0)
+    with pytest.raises(KeyError, match="key.*'c'"):
+        store.feedback(ns, "c", 1.0)  # bob's key, asked under alice's namespace
+    with pytest.raises(KeyError, match="'a'"):
+        store.feedback(("alice",), "a", 1.0)  # a prefix is not the item's namespace
+    with pytest.raises(InvalidNamespaceError):
+        store.feedback(("alice", "mem.ories"), "a", 1.0)
+    with pytest.raises(TypeError, match="key"):
+        store.feedback(ns, 3, 1.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="keys"):
+        store.confirm(ns, "ab")
+    with pytest.raises(ValueError, match="keys"):
+        store.confirm(ns, [])
+    with pytest.raises(KeyError, match="keys.*'c'"):
+        store.confirm(ns, ["a", "c"])
+    with pytest.raises(KeyError, match="keys"):
+        asyncio.run(store.aconfirm(ns, ["a", "zz"]))
+    with pytest.raises(ValueError, match="reward"):
+        asyncio.run(store.afeedback(ns, "a", 2))
+    assert store.memory.stats()["cooccurrence"] == 0  # no failed call wrote a link
+    qs = {c.metadata["langgraph"]["key"]: c.q_value for c in store.memory.get_all(agent_id="langgraph")}
+    assert set(qs.values()) == {store.memory.config.q_init}  # nor moved a Q-value
+
 LEFT_OUT = {
     "[checkpoint] test_async_batch_store_resilience": "tests the background task of LangGraph's own "
     "AsyncBatchedBaseStore class; CausalMemStore is not built on it",

@@ -208,3 +208,113 @@ def test_from_config_llm_makes_infer_the_default(tmp_path, monkeypatch):
     with pytest.raises(Exception, match="distiller"):
         plain.add("x", user_id="alex", infer=True)
     plain.close()
+
+
+# ---------------------------------------------------------------------------- learning from the caller
+PAYMENTS_Q = "When does the payments service deploy?"
+PAIR = ("The payments service deploys on Fridays.", "The payments service deploys on Mondays.")
+OTHERS = ("Lunch is at noon.", "Kim is on call for search this week.")
+
+
+def _memories(res: dict) -> list[str]:
+    return [r["memory"] for r in res["results"]]
+
+
+def test_feedback_on_a_lower_result_ranks_it_first_for_its_user_only(tmp_path):
+    """Default embedder (the packaged MiniLM), mem0's platform idiom: feedback(memory_id, "POSITIVE") on
+    the second of two near-equal answers ranks it first in the next search; sam holds the same texts
+    and his ranking does not move. VERY_NEGATIVE sends it back; sync and async."""
+    m = Memory(str(tmp_path / "fb.db"))
+    assert m.memory.embedder is not None and m.memory.config.q_rank
+    for text in (*PAIR, *OTHERS):
+        m.add(text, user_id="alex")
+        m.add(text, user_id="sam")
+    res = m.search(PAYMENTS_Q, filters={"user_id": "alex"}, top_k=3)["results"]
+    assert {r["memory"] for r in res[:2]} == set(PAIR)
+    top, low = res[0], res[1]
+    sam_before = _memories(m.search(PAYMENTS_Q, user_id="sam", top_k=3))
+    assert _memories(m.search(PAYMENTS_Q, user_id="alex", top_k=3)) == [r["memory"] for r in res]
+    out = m.feedback(low["id"], "POSITIVE", "it was the right day", user_id="alex")
+    assert out["memory_id"] == low["id"] and out["feedback"] == "POSITIVE" and out["reward"] == 1.0
+    assert out["feedback_reason"] == "it was the right day" and out["q_value"] > m.memory.config.q_init
+    after = m.search(PAYMENTS_Q, filters={"user_id": "alex"}, top_k=3)["results"]
+    assert [r["id"] for r in after[:2]] == [low["id"], top["id"]]
+    assert _memories(m.search(PAYMENTS_Q, user_id="sam", top_k=3)) == sam_before
+    m.close()
+
+    async def main():
+        am = AsyncMemory(str(tmp_path / "fb.db"))
+        got = await am.feedback(low["id"], "VERY_NEGATIVE")
+        assert got["reward"] == -1.0 and got["q_value"] < m.memory.config.q_init
+        back = (await am.search(PAYMENTS_Q, user_id="alex", top_k=3))["results"]
+        assert [r["id"] for r in back[:2]] == [top["id"], low["id"]]
+        assert _memories(await am.search(PAYMENTS_Q, user_id="sam", top_k=3)) == sam_before
+        await am.aclose()
+
+    asyncio.run(main())
+
+
+def test_confirm_links_memories_for_the_next_search(m):
+    """Lexical + graph (no model): "alpha release" scores A only; after confirm([A, B]) the next search
+    reaches B over the learned link (score > 0), and not C."""
+    for text in ("alpha release of the kafka consumer", "beta rollout finished on friday", "gamma lunch is at noon"):
+        m.add(text, user_id="alex")
+
+    def scores() -> dict[str, float]:
+        return {r["memory"].split()[0]: r["score"] for r in m.search("alpha release", user_id="alex")["results"]}
+
+    before = scores()
+    assert before["alpha"] > 0 and before.get("beta", 0.0) == 0.0 and before.get("gamma", 0.0) == 0.0
+    ids = {r["memory"].split()[0]: r["id"] for r in m.get_all(user_id="alex")["results"]}
+    assert m.confirm([ids["alpha"], ids["beta"]], user_id="alex") == {"message": "Memories confirmed successfully!",
+                                                                       "pairs": 1}
+    after = scores()
+    assert after["beta"] > 0 and after.get("gamma", 0.0) == 0.0
+
+
+def test_feedback_and_confirm_bad_arguments_and_scope_wall(m):
+    a = m.add("alex deploys on fridays", user_id="alex")["results"][0]["id"]
+    s = m.add("sam deploys on mondays", user_id="sam")["results"][0]["id"]
+    for bad in (1.5, -1.01, float("nan")):
+        with pytest.raises(ValueError, match="reward"):
+            m.feedback(a, reward=bad)
+    with pytest.raises(TypeError, match="reward"):
+        m.feedback(a, reward="1")
+    with pytest.raises(ValueError, match="feedback must be one of"):
+        m.feedback(a, "GREAT")
+    with pytest.raises(ValueError, match="feedback is None"):
+        m.feedback(a)
+    with pytest.raises(ValueError, match="not both"):
+        m.feedback(a, "POSITIVE", reward=1.0)
+    with pytest.raises(TypeError, match="feedback_reason"):
+        m.feedback(a, "POSITIVE", 42)
+    with pytest.raises(KeyError, match="memory_id.*'no-such-id'"):
+        m.feedback("no-such-id", "POSITIVE")
+    with pytest.raises(TypeError, match="memory_id"):
+        m.feedback(None, "POSITIVE")
+    with pytest.raises(KeyError, match="memory_id.*user_id"):
+        m.feedback(s, "POSITIVE", user_id="alex")  # sam's memory is unknown to alex
+    with pytest.raises(TypeError, match="memory_ids"):
+        m.confirm(a)
+    with pytest.raises(ValueError, match="memory_ids"):
+        m.confirm([])
+    with pytest.raises(KeyError, match="memory_ids"):
+        m.confirm([a, s], user_id="alex")
+    with pytest.raises(ValueError, match="memory_ids.*different scopes"):
+        m.confirm([a, s])
+    with pytest.raises(KeyError, match="memory_ids"):
+        asyncio.run(_async_confirm(m, [a, "nope"]))
+    assert m.memory.stats()["cooccurrence"] == 0
+    assert {c.q_value for c in m.memory.get_all()} == {m.memory.config.q_init}  # no failed call moved a Q
+    assert m.feedback(a, "negative", user_id="alex")["reward"] == -0.5  # mem0's values, any case
+    m.delete(a)
+    with pytest.raises(KeyError, match="memory_id"):
+        m.feedback(a, "POSITIVE")  # deleted: unknown
+
+
+async def _async_confirm(m: Memory, ids: list[str]) -> dict:
+    am = AsyncMemory(memory=m.memory)
+    try:
+        return await am.confirm(ids)
+    finally:
+        await am.aclose()

@@ -9,6 +9,10 @@
 Before each model call the agent calls ``update_context``: the last message of the model context
 is the query of a causalmem hybrid search (lexical + semantic + graph) in the memory's scope, and
 the hits are added to the context as one system message. Needs ``pip install 'causalmem[autogen]'``.
+
+Learning from the caller: ``await memory.feedback(content, reward)`` says a ``MemoryContent`` of a query
+result (or of the agent's ``MemoryQueryEvent``) helped (reward > 0) or hurt (< 0), in [-1, 1]: the next
+queries rank it higher or lower. ``await memory.confirm(contents)`` links results used together.
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ from typing_extensions import Self
 
 from ..async_memory import AsyncMemory
 from ..memory import Memory
+from ..types import Chunk
+from ._learning import check_many, check_reward, live_chunk, one_scope
 
 __all__ = ["CausalMemory", "CausalMemoryConfig"]
 
@@ -179,6 +185,47 @@ class CausalMemory(_AutogenMemory, Component[CausalMemoryConfig]):
                      for i, m in enumerate(result.results, 1)]
             await model_context.add_message(SystemMessage(content="\nRelevant memory content:\n" + "\n".join(lines)))
         return UpdateContextResult(memories=result)
+
+    # ------------------------------------------------------------------ learning
+    def _chunk(self, item: Any, name: str) -> Chunk:
+        """The causalmem chunk behind a query result (its ``metadata["id"]``) or an id string, in this scope."""
+        if isinstance(item, MemoryContent):
+            cid = (item.metadata or {}).get("id")
+            if not isinstance(cid, str) or not cid:
+                raise ValueError(f"{name}: this MemoryContent has no metadata['id']; pass a result of query() "
+                                 "or update_context() (they carry the causalmem id)")
+        elif isinstance(item, str):
+            cid = item
+        else:
+            raise TypeError(f"{name} must be a MemoryContent returned by query() or its metadata['id'], "
+                            f"got {type(item).__name__}")
+        return live_chunk(self._amem.memory, cid, self._scope, name)
+
+    async def feedback(self, content: MemoryContent | str, reward: float,
+                       cancellation_token: CancellationToken | None = None) -> float:
+        """``content`` (a ``MemoryContent`` of a query result, or its ``metadata["id"]``) helped
+        (``reward`` > 0) or hurt (< 0), ``reward`` in [-1, 1]: its Q-value moves, and the next queries rank
+        it higher (or lower). Returns the new Q-value, in [0, 1]. A memory outside this memory's scope
+        is unknown: KeyError naming ``content``."""
+        r = check_reward(reward)
+
+        def run() -> float:
+            return self._amem.memory.feedback(self._chunk(content, "content").id, r)
+
+        return float(await self._run(self._amem.run(run), cancellation_token))
+
+    async def confirm(self, contents: list[MemoryContent | str],
+                      cancellation_token: CancellationToken | None = None) -> int:
+        """These query results were used together: causalmem links every pair of them (capped, faded at
+        sleep, visible to the next query). Returns how many pairs were credited (0 for one result).
+        KeyError naming ``contents`` for one outside this memory's scope (nothing is written then)."""
+        items = check_many(contents, "contents")
+
+        def run() -> int:
+            chunks = [self._chunk(c, "contents") for c in items]
+            return self._amem.memory.confirm(one_scope(chunks, "contents"))
+
+        return int(await self._run(self._amem.run(run), cancellation_token))
 
     async def clear(self) -> None:
         """Delete every memory of this scope (every memory of the database when no scope is set)."""

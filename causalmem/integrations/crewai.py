@@ -14,7 +14,13 @@ A vector this embedder did not produce cannot be searched (a ``ValueError`` says
 Each record is one causalmem chunk in the scope ``agent_id="crewai"``; the record (scope path,
 categories, metadata, importance, times, source, privacy) is kept in the chunk's metadata. Needs
 ``crewai`` (which requires ``mcp<2``, so it cannot share an environment with causalmem's MCP server).
-Scores are causalmem's fused search score clipped to [0, 1].
+Scores are causalmem's fused search score, in [0, 1]: as they are when the search's best is <= 1, else
+divided by the best (CrewAI re-sorts by score: a clip to 1 would tie every hit above 1).
+
+Learning from the caller: ``storage.feedback(match, reward)`` says a recalled memory (a ``MemoryMatch``
+of ``Memory.recall``, a ``MemoryRecord`` of ``search``, or its record id) helped (reward > 0) or hurt
+(< 0), in [-1, 1]: the next searches rank it higher or lower. ``storage.confirm([match, ...])`` links
+memories used together. ``afeedback`` / ``aconfirm`` are the async twins.
 """
 from __future__ import annotations
 
@@ -29,6 +35,8 @@ from crewai.memory.types import MemoryRecord, ScopeInfo
 
 from ..async_memory import AsyncMemory
 from ..memory import Memory
+from ..types import Chunk
+from ._learning import check_many, check_reward
 
 __all__ = ["CausalMemStorage", "CausalMemEmbedder"]
 
@@ -144,9 +152,13 @@ class CausalMemStorage:
         hits = self.memory.search(text, top_k=max(1, min(int(limit), self.memory.config.max_top_k)),
                                   agent_id=self.agent_id,
                                   metadata=self._spec(scope_prefix, categories, metadata_filter))
+        # CrewAI re-sorts by score (its composite of score, recency and importance): a clip to 1 would tie
+        # every hit above 1 (graph bonuses pass it) and lose causalmem's order, and with it what feedback
+        # taught. Scores stay as they are when the best is <= 1, else are divided by the best.
+        scale = max([1.0, *(float(h.score) for h in hits)])
         out = []
         for h in hits:
-            score = min(1.0, max(0.0, float(h.score)))
+            score = max(0.0, float(h.score)) / scale
             if score >= min_score:
                 rec = dict(h.metadata[_KEY])
                 rec["content"] = h.text
@@ -212,6 +224,42 @@ class CausalMemStorage:
 
     def reset(self, scope_prefix: str | None = None) -> None:
         self.delete(scope_prefix=scope_prefix)
+
+    # ------------------------------------------------------------------ learning
+    def _chunk(self, item: Any, name: str, scope_prefix: str | None) -> Chunk:
+        """The chunk of a recalled memory: a ``MemoryMatch`` (its ``record``), a ``MemoryRecord`` or a record id."""
+        record = getattr(item, "record", item)  # crewai's MemoryMatch wraps the record
+        record_id = record.id if isinstance(record, MemoryRecord) else record
+        if not isinstance(record_id, str) or not record_id:
+            raise TypeError(f"{name} must be a MemoryMatch, a MemoryRecord or a record id string, "
+                            f"got {type(item).__name__}")
+        found = self._chunks(self._spec(scope_prefix, record_ids=[record_id]))  # this storage's records only
+        if not found:
+            where = f"under scope {_norm_scope(scope_prefix)!r}" if scope_prefix is not None else "in this storage"
+            raise KeyError(f"{name}: no record with id {record_id!r} {where}")
+        return found[0]
+
+    def feedback(self, record: Any, reward: float, scope_prefix: str | None = None) -> float:
+        """A recalled memory (``MemoryMatch``, ``MemoryRecord`` or record id) helped (``reward`` > 0) or
+        hurt (< 0), ``reward`` in [-1, 1]: its Q-value moves, and the next searches rank it higher (or
+        lower). Returns the new Q-value, in [0, 1]. KeyError naming ``record`` for a record this storage
+        does not hold (or, with ``scope_prefix``, one outside that scope path)."""
+        r = check_reward(reward)
+        return self.memory.feedback(self._chunk(record, "record", scope_prefix).id, r)
+
+    def confirm(self, records: Sequence[Any], scope_prefix: str | None = None) -> int:
+        """These recalled memories were used together: causalmem links every pair of them (capped, faded
+        at sleep, visible to the next search). Returns how many pairs were credited (0 for one record).
+        KeyError naming ``records`` for a record this storage does not hold (or, with ``scope_prefix``, one
+        outside that scope path); nothing is written then."""
+        items = check_many(records, "records")
+        return self.memory.confirm([self._chunk(r, "records", scope_prefix).id for r in items])
+
+    async def afeedback(self, record: Any, reward: float, scope_prefix: str | None = None) -> float:
+        return await self._amem.run(self.feedback, record, reward, scope_prefix)
+
+    async def aconfirm(self, records: Sequence[Any], scope_prefix: str | None = None) -> int:
+        return await self._amem.run(self.confirm, records, scope_prefix)
 
     async def asave(self, records: list[MemoryRecord]) -> None:
         await self._amem.run(self.save, records)

@@ -14,6 +14,12 @@ it lists the prefix, newest first. Filters use LangGraph's operators on value fi
 ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``; dotted keys reach nested fields; a list or dict
 filter matches by containment, as PostgreSQL's JSONB does).
 
+Learning from the caller: ``store.feedback(item.namespace, item.key, reward)`` says a search result
+helped (reward > 0) or hurt (< 0), in [-1, 1]; its Q-value moves and it ranks higher (or lower) in the
+next searches. ``store.confirm(namespace, [key, ...])`` links items of one namespace used together
+(causalmem's learned links: the next query spreads over them). ``afeedback`` / ``aconfirm`` are the
+async twins.
+
 Items live in the causalmem scope ``agent_id="langgraph"`` (``CausalMemStore(agent_id=...)``), so
 plain ``Memory.search`` calls can include or leave them out. The key index is held in process and
 loaded from the database when the store opens: use one store object per database per process (two
@@ -50,6 +56,7 @@ from langgraph.store.base import (
 
 from ..async_memory import AsyncMemory
 from ..memory import Memory
+from ._learning import check_many, check_reward
 
 __all__ = ["CausalMemStore"]
 
@@ -433,18 +440,62 @@ class CausalMemStore(BaseStore):
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """``batch`` on causalmem's bounded pool (``causalmem.AsyncMemory``): the event loop never blocks."""
+        return await self._agated(self.batch, list(ops))
+
+    # ------------------------------------------------------------------ learning
+    def _chunk_id(self, ns: tuple[str, ...], key: Any, name: str) -> str:
+        if not isinstance(key, str):
+            raise TypeError(f"{name} must hold strings, got {type(key).__name__}" if name == "keys"
+                            else f"{name} must be a string, got {type(key).__name__}")
+        rec = self._items.get(ns, {}).get(key)
+        if rec is None:  # an item of another namespace is not reachable under this one
+            raise KeyError(f"{name}: no item {key!r} in namespace {ns!r}")
+        return rec.chunk_id
+
+    def feedback(self, namespace: tuple[str, ...], key: str, reward: float) -> float:
+        """The item at ``namespace`` / ``key`` (a ``SearchItem``'s ``namespace`` and ``key``) helped
+        (``reward`` > 0) or hurt (< 0), ``reward`` in [-1, 1]: its Q-value moves, and the next searches
+        rank it higher (or lower). Returns the new Q-value, in [0, 1].
+
+        KeyError naming ``key`` when the namespace holds no such item (an item of another namespace
+        with the same key is never reached); ValueError / TypeError naming the bad argument."""
+        r = check_reward(reward)
+        with self._lock:
+            ns = _validate_labels(namespace, "namespace")
+            return self.memory.feedback(self._chunk_id(ns, key, "key"), r)
+
+    def confirm(self, namespace: tuple[str, ...], keys: Sequence[str]) -> int:
+        """The items ``keys`` of ``namespace`` were used together: causalmem links every pair of them
+        (capped, faded at sleep, visible to the next query). One namespace per call: items of two
+        namespaces are never linked. Returns how many pairs were credited (0 for one key).
+
+        KeyError naming ``keys`` for a key the namespace does not hold (nothing is written then)."""
+        wanted = check_many(keys, "keys")
+        with self._lock:
+            ns = _validate_labels(namespace, "namespace")
+            ids = [self._chunk_id(ns, k, "keys") for k in wanted]
+            return self.memory.confirm(ids)
+
+    async def _agated(self, fn: Any, *args: Any) -> Any:
         import asyncio
 
-        ops = list(ops)
         loop = asyncio.get_running_loop()
         with self._lock:
             gate = self._loop_locks.get(loop)
             if gate is None:
                 gate = self._loop_locks[loop] = asyncio.Lock()
-        # asyncio.Lock wakes its waiters first-come first-served: concurrent aput/adelete/aget calls
-        # of one event loop reach the database in the order they were made.
+        # asyncio.Lock wakes its waiters first-come first-served: concurrent calls of one event loop
+        # (aput, afeedback, ...) reach the database in the order they were made.
         async with gate:
-            return await self._amem.run(self.batch, ops)
+            return await self._amem.run(fn, *args)
+
+    async def afeedback(self, namespace: tuple[str, ...], key: str, reward: float) -> float:
+        """``feedback`` on causalmem's bounded pool, in order with this event loop's other store calls."""
+        return await self._agated(self.feedback, namespace, key, reward)
+
+    async def aconfirm(self, namespace: tuple[str, ...], keys: Sequence[str]) -> int:
+        """``confirm`` on causalmem's bounded pool, in order with this event loop's other store calls."""
+        return await self._agated(self.confirm, namespace, keys)
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:

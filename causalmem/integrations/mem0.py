@@ -22,6 +22,11 @@ conversation graph adds (graph-only bonuses can pass 1 and are clipped). Higher 
 
 No LLM is needed: ``infer`` defaults to False unless the memory has a distiller (``llm`` in
 ``from_config``), and then to True, mem0's default. No mem0 package is needed either.
+
+Learning: ``feedback(memory_id, "POSITIVE" | "NEGATIVE" | "VERY_NEGATIVE")`` as mem0's platform client
+takes it (or ``reward=`` in [-1, 1]) moves the memory's Q-value, and the next searches rank it higher or
+lower; ``confirm([memory_id, ...])`` links memories used together. Both take ``user_id``/``agent_id``/
+``run_id``: a memory outside that scope is unknown to them.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from typing import Any, Mapping, Sequence
 
 from .. import memory as _memory
 from ..async_memory import AsyncMemory as _AsyncCore
+from ._learning import check_many, check_reward, live_chunk, one_scope
 
 __all__ = ["Memory", "AsyncMemory"]
 
@@ -41,6 +47,8 @@ logger = logging.getLogger("causalmem")
 _SCOPE = ("user_id", "agent_id", "run_id")
 _MEM0_OPS = {"eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "contains", "icontains"}
 _PROMOTED = ("role", "actor_id")
+# mem0's feedback values (its platform client's ``feedback``) as causalmem rewards in [-1, 1]
+FEEDBACK_REWARDS = {"POSITIVE": 1.0, "NEGATIVE": -0.5, "VERY_NEGATIVE": -1.0}
 
 
 def _iso(ts: float | None) -> str | None:
@@ -370,6 +378,52 @@ class Memory:
                         "role": chunk.metadata.get("role")})
         return out
 
+    # ------------------------------------------------------------------ learning
+    def feedback(self, memory_id: str, feedback: str | None = None, feedback_reason: str | None = None, *,
+                 reward: float | None = None, user_id: str | None = None, agent_id: str | None = None,
+                 run_id: str | None = None) -> dict[str, Any]:
+        """Say a memory (an ``id`` of ``search``'s results) helped or hurt, as mem0's platform client does:
+        ``feedback`` is ``"POSITIVE"`` (reward +1), ``"NEGATIVE"`` (-0.5) or ``"VERY_NEGATIVE"`` (-1), or pass
+        ``reward`` in [-1, 1] instead. The memory's Q-value moves and the next searches rank it higher (or
+        lower). With ``user_id``/``agent_id``/``run_id``, a memory outside that scope is unknown (KeyError
+        naming ``memory_id``, as for an id that does not exist).
+
+        Returns ``{"memory_id", "feedback", "feedback_reason", "reward", "q_value"}``. ``feedback_reason`` is
+        returned, not stored. mem0 removes earlier feedback when ``feedback`` is None; a Q-value keeps no
+        record per call to remove, so ``feedback=None`` without ``reward`` is a ValueError."""
+        if feedback is not None and reward is not None:
+            raise ValueError("pass feedback (POSITIVE / NEGATIVE / VERY_NEGATIVE) or reward, not both")
+        if reward is not None:
+            r = check_reward(reward)
+        elif feedback is None:
+            raise ValueError("feedback is None: removing earlier feedback is not supported (a Q-value keeps no "
+                             f"record per call); pass feedback={sorted(FEEDBACK_REWARDS)} or reward in [-1, 1]")
+        else:
+            if not isinstance(feedback, str) or feedback.upper() not in FEEDBACK_REWARDS:
+                raise ValueError(f"feedback must be one of {sorted(FEEDBACK_REWARDS)}, got {feedback!r}")
+            feedback = feedback.upper()
+            r = FEEDBACK_REWARDS[feedback]
+        if feedback_reason is not None and not isinstance(feedback_reason, str):
+            raise TypeError(f"feedback_reason must be a string or None, got {type(feedback_reason).__name__}")
+        scope, _ = _split_filters(None, user_id, agent_id, run_id)
+        chunk = live_chunk(self.memory, memory_id, scope, "memory_id")
+        q = self.memory.feedback(chunk.id, r)
+        return {"memory_id": chunk.id, "feedback": feedback, "feedback_reason": feedback_reason, "reward": r,
+                "q_value": q}
+
+    def confirm(self, memory_ids: Sequence[str], *, user_id: str | None = None, agent_id: str | None = None,
+                run_id: str | None = None) -> dict[str, Any]:
+        """These memories (``id``s of ``search``'s results) were used together: causalmem links every pair
+        of them (capped, faded at sleep, visible to the next search). They must share one user_id /
+        agent_id / run_id scope (ValueError otherwise: no link joins two scopes); with ``user_id`` etc.
+        given, a memory outside that scope is unknown (KeyError naming ``memory_ids``).
+        Returns ``{"message", "pairs"}`` (pairs credited; 0 for a single memory)."""
+        ids = check_many(memory_ids, "memory_ids")
+        scope, _ = _split_filters(None, user_id, agent_id, run_id)
+        chunks = [live_chunk(self.memory, mid, scope, "memory_ids") for mid in ids]
+        pairs = self.memory.confirm(one_scope(chunks, "memory_ids"))
+        return {"message": "Memories confirmed successfully!", "pairs": pairs}
+
 
 class AsyncMemory:
     """mem0's ``AsyncMemory``: the same methods as :class:`Memory`, awaitable, run on
@@ -412,6 +466,13 @@ class AsyncMemory:
 
     async def history(self, memory_id: str) -> list[dict[str, Any]]:
         return await self._core.run(self._sync.history, memory_id)
+
+    async def feedback(self, memory_id: str, feedback: str | None = None, feedback_reason: str | None = None,
+                       **kwargs: Any) -> dict[str, Any]:
+        return await self._core.run(self._sync.feedback, memory_id, feedback, feedback_reason, **kwargs)
+
+    async def confirm(self, memory_ids: Sequence[str], **kwargs: Any) -> dict[str, Any]:
+        return await self._core.run(self._sync.confirm, memory_ids, **kwargs)
 
     async def reset(self) -> None:
         await self._core.run(self._sync.reset)
