@@ -39,6 +39,7 @@ over the old one, so a reader that mapped the old file keeps it.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -46,14 +47,15 @@ import struct
 import tempfile
 import zlib
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
 log = logging.getLogger("causalmem")
 
 __all__ = ["MAGIC", "FORMAT", "KINDS", "sidecar_dir", "save_arrays", "load_arrays", "load_latest", "restamp",
-           "remove", "Snapshot", "append_journal", "read_chain", "prune_journal", "JOURNAL"]
+           "remove", "Snapshot", "append_journal", "read_chain", "prune_journal", "JOURNAL", "index_lock",
+           "purge_token", "new_purge_token", "purge_files"]
 
 MAGIC = b"CMSIDE1\n"
 #: the views saved by ``Views.save_sidecars``
@@ -441,3 +443,86 @@ def prune_journal(directory: Path | None, keep_from: int) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         log.info("causalmem: could not prune the journal in %s: %s", directory, exc)
+
+
+# ------------------------------------------------------------------------------ purge and the files
+#: the lock every writer of index files holds from its last check of the database's state to its
+#: last rename, and a purge holds from before its commit until the files are gone (``index_lock``)
+LOCK = "index.lock"
+#: a random token a purge replaces before its commit: a vector index build that started from an
+#: earlier token (it may hold purged vectors) is dropped instead of saved (``vector_index``)
+TOKEN = "purge.token"
+#: files a purge leaves: the locks (held by other processes: recreating them would split the lock)
+#: and the token; none of them holds a text or a vector
+_KEPT = (LOCK, TOKEN, "embed.lock")
+
+
+@contextlib.contextmanager
+def index_lock(directory: Path | None) -> Iterator[None]:
+    """Exclusive ``flock`` on ``<db>.idx/index.lock`` (the directory is created), between processes
+    and between threads (each call opens the file anew). Nothing on a platform without ``fcntl`` or
+    a store without a directory."""
+    if directory is None:
+        yield
+        return
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - no flock on this platform (README: purge)
+        yield
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def purge_token(directory: Path | None) -> bytes | None:
+    """The current purge token (None: no purge ever ran here, or no directory)."""
+    if directory is None:
+        return None
+    try:
+        return (directory / TOKEN).read_bytes()
+    except OSError:
+        return None
+
+
+def new_purge_token(directory: Path | None) -> bytes | None:
+    """Replace the purge token (under ``index_lock``, before the purge commits); returns it."""
+    if directory is None:
+        return None
+    token = os.urandom(16).hex().encode()
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".token.", suffix=".tmp", dir=directory)
+    with os.fdopen(fd, "wb") as f:
+        f.write(token)
+    os.replace(tmp, directory / TOKEN)
+    return token
+
+
+def purge_files(directory: Path | None) -> list[str]:
+    """Delete every file in the index directory but the locks and the token — the named index
+    files, the journal, the vector index's generations and delta files, and whatever a crashed save
+    left (``.<kind>.*.tmp``, a generation its header never named); returns the names removed."""
+    if directory is None:
+        return []
+    gone = []
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return []
+    for p in entries:
+        if p.name in _KEPT:
+            continue
+        try:
+            if p.is_dir() and not p.is_symlink():
+                continue  # never ours
+            p.unlink()
+            gone.append(p.name)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("causalmem: cannot remove %s after a purge: %s", p, exc)
+    return gone

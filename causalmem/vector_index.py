@@ -50,6 +50,7 @@ is safe.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.util
 import json
 import logging
@@ -63,7 +64,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 import numpy as np
 
 from . import _kernels
-from .sidecar import read_chain
+from .sidecar import index_lock, purge_token, read_chain
 
 # Positional reads: ``os.pread`` where the platform has it. Windows has none (and the compiled gather
 # reports ENOSYS there): a rows file is then read by seek + read under the file's lock, row by row.
@@ -864,6 +865,10 @@ def _tidy(directory: Path, keep: set[str], drop: set[str] = frozenset()) -> None
             log.warning("causalmem: cannot remove %s: %s", p, exc)
 
 
+class PurgedMeanwhile(Exception):
+    """A segment build started before a purge (it may hold purged vectors): its files are dropped."""
+
+
 def remove_sidecar(directory: Path) -> None:
     """Remove every vector index file (the header first: a half-removed set is never used)."""
     for p in [directory / HEADER, *sorted(directory.glob("vectors*"))]:
@@ -881,8 +886,11 @@ class SegmentWriter:
     come: a 1M build never holds its vectors in memory) or to memory when ``directory`` is None."""
 
     def __init__(self, vi: VectorIndex, directory: Path | None, center: np.ndarray | None = None,
-                 index: Any = None, stopping: Any = lambda: False) -> None:
+                 index: Any = None, stopping: Any = lambda: False, guard: Any = None) -> None:
         self.vi = vi
+        # a context manager yielding whether the files may be kept (held while the header is written):
+        # the keeper's check that no purge ran since the snapshot (``IndexKeeper._guard``)
+        self.guard = guard
         self.directory = directory
         self.center = center
         self.index = index if index is not None else _new_usearch(vi)
@@ -947,7 +955,10 @@ class SegmentWriter:
         center = self.center if self.center is not None else np.zeros(vi.dim, np.float32)
         if self.files is not None and self.directory is not None:
             try:
-                return self._save(model, keys, hashes, center)
+                with self.guard() if self.guard is not None else contextlib.nullcontext(True) as keep:
+                    if not keep:
+                        raise PurgedMeanwhile(f"a purge ran while the vector index in {self.directory} was built")
+                    return self._save(model, keys, hashes, center)
             except (OSError, ValueError, RuntimeError) as exc:
                 log.warning("causalmem: cannot save the vector index in %s: %s (kept in memory)", self.directory, exc)
                 rows = Rows(vi.dim, vi.quantization, path=self.files["rows"])
@@ -1106,8 +1117,8 @@ def read_delta(directory: Path, head: dict[str, Any], dim: int
 
 
 def fold_segment(vi: VectorIndex, seg: AnnSegment | None, ids: np.ndarray, mat: np.ndarray, hashes: np.ndarray,
-                 lock: Any, directory: Path | None, model: str = "", stopping: Any = lambda: False
-                 ) -> AnnSegment | None:
+                 lock: Any, directory: Path | None, model: str = "", stopping: Any = lambda: False,
+                 guard: Any = None) -> AnnSegment | None:
     """A new segment holding ``seg``'s live vectors plus (ids, mat): the graph is a copy of the segment's
     (loaded from its file when it is a view) with the masked ids removed and the new bits added; the
     rows are merged in key order. None when stopped."""
@@ -1122,10 +1133,10 @@ def fold_segment(vi: VectorIndex, seg: AnnSegment | None, ids: np.ndarray, mat: 
         index.expansion_search = vi.expansion_search
         old_pos = np.flatnonzero(live)
         old_keys, old_hashes = seg.keys[old_pos], seg.hashes[old_pos]
-        writer = SegmentWriter(vi, directory, seg.center, index, stopping)
+        writer = SegmentWriter(vi, directory, seg.center, index, stopping, guard)
     else:
         old_pos = old_keys = old_hashes = np.zeros(0, np.int64)
-        writer = SegmentWriter(vi, directory, None, None, stopping)
+        writer = SegmentWriter(vi, directory, None, None, stopping, guard)
     n_old = old_keys.shape[0]
     all_keys = np.concatenate([old_keys, ids.astype(np.int64)])
     all_hashes = np.concatenate([old_hashes, hashes.astype(np.int64)])
@@ -1197,6 +1208,8 @@ class IndexKeeper:
         self.error: BaseException | None = None
         self.loads = 0
         self.catch_ups = 0  # loads from files of an earlier state, caught up along the journal
+        self.dropped = 0  # builds whose files were dropped because a purge ran meanwhile
+        self._token: bytes | None = None  # the purge token the snapshot of the current step reflects
         stop_at_exit(self, "keeper")
 
     def kick(self) -> None:
@@ -1265,16 +1278,38 @@ class IndexKeeper:
             kind: str | None = "load" if not vi.ready else vi.needs_fold()
             if kind is None:
                 return False
+            self._token = getattr(views, "purge_seen", None)
             if kind != "load":
                 vi.begin_snapshot()
             snap = (vi.segment, *vi.delta.snapshot()) if kind == "fold" else None
-        if kind == "load":
-            self._load(vi, emb.model_name)
-        elif kind == "fresh" or snap is None:
-            self._fresh(vi, emb.model_name)
-        else:
-            self._fold(vi, emb.model_name, snap)
+        try:
+            if kind == "load":
+                self._load(vi, emb.model_name)
+            elif kind == "fresh" or snap is None:
+                self._fresh(vi, emb.model_name)
+            else:
+                self._fold(vi, emb.model_name, snap)
+        except PurgedMeanwhile as exc:
+            # built from vectors a purge may have removed: not saved, not installed; the views see
+            # the purge at their next call (and drop those vectors), the next kick builds again
+            log.info("causalmem: %s", exc)
+            self.dropped += 1
+            with views.lock:
+                if views.vectors is vi:
+                    vi.abandon_snapshot()
+                views._data_version = -1  # the next call re-reads the store (and the token)
+            return False
         return True
+
+    @contextlib.contextmanager
+    def _guard(self) -> Any:
+        """Held while a new segment's header is written: the index directory's lock, yielding whether
+        the purge token is still the one the snapshot reflected (a purge replaces it before its commit
+        under the same lock and deletes every file after it, so a build either lands before the
+        purge's deletion or is dropped)."""
+        directory = self._sidecar()
+        with index_lock(directory):
+            yield purge_token(directory) == self._token
 
     def _pages(self, model: str, with_vectors: bool) -> Iterable[list[tuple]]:
         """Pages of (nid, text_hash[, blob]) of the current vectors, each read under the lock."""
@@ -1444,7 +1479,7 @@ class IndexKeeper:
     def _fresh(self, vi: VectorIndex, model: str, loading: bool = False) -> None:
         """A new segment from every current vector in the store (paged reads, ascending ids)."""
         t0 = time.perf_counter()
-        writer = SegmentWriter(vi, self._sidecar(), stopping=lambda: self._stop)
+        writer = SegmentWriter(vi, self._sidecar(), stopping=lambda: self._stop, guard=self._guard)
         try:
             for rows in self._pages(model, with_vectors=True):
                 ids, vecs, h = self._decode(rows, vi.dim)
@@ -1472,7 +1507,8 @@ class IndexKeeper:
         """The delta folded into a copy of the segment (usearch adds: no rebuild of the graph)."""
         t0 = time.perf_counter()
         seg, ids, mat, hashes = snap
-        new = fold_segment(vi, seg, ids, mat, hashes, self.views.lock, self._sidecar(), model, lambda: self._stop)
+        new = fold_segment(vi, seg, ids, mat, hashes, self.views.lock, self._sidecar(), model, lambda: self._stop,
+                           self._guard)
         if new is None:
             return
         if self._install(vi, new, None, snapshot_delta=ids):

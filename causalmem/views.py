@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -33,7 +34,7 @@ from .onnx_embedder import QueryVectorCache
 from .graph import CausalGraph
 from .projection import Projection
 from .semantic import Embedder, resolve_embedder, vector_to_blob
-from .vector_index import UNKNOWN_HASH, IndexKeeper, VectorIndex, decode_rows, remove_sidecar, stamp_sidecar
+from .vector_index import UNKNOWN_HASH, IndexKeeper, VectorIndex, decode_rows, stamp_sidecar
 from .store.base import ChunkColumns, EmbeddingRow, StoreBackend, text_hash
 from . import learning
 from .errors import StoreError
@@ -153,6 +154,9 @@ class Views:
         # ids of the rows the current write changed, by journal kind (``sidecar.append_journal``);
         # None when the write cannot be described that way (a purge): then no entry, a gap
         self._jdelta: dict[str, list[int]] | None = {}
+        # the purge token the views reflect (read before the rows they hold): a vector index build from
+        # them is saved only while the directory's token is still this one (``sidecar.new_purge_token``)
+        self.purge_seen = sidecar.purge_token(self.sidecar_dir)
         if self.sidecar_dir is not None:
             self.projection.restore = self._restore_projection
         self.chunks: ChunkTable | None = None
@@ -279,6 +283,12 @@ class Views:
         """Persist (nid, text, vector) rows for the current embedder, in the caller's transaction."""
         emb = self.embedder
         if emb is None or not items:
+            return
+        # a chunk purged (by any process) while its text was being encoded gets no vector: the row
+        # would bring the purged vector back (and break the chunks reference)
+        present = self.store.chunk_rows_by_nid([nid for nid, _, _ in items])
+        items = [it for it in items if it[0] in present]
+        if not items:
             return
         self.store.put_embeddings(EmbeddingRow(nid, emb.model_name, emb.dim, text_hash(t), vector_to_blob(v))
                                   for nid, t, v in items)
@@ -683,47 +693,59 @@ class Views:
                 seq = self._seq
                 if seq is None or self._read_seq() != seq:
                     return []
-                items: list[tuple[str, Callable[[], tuple[dict, dict] | None]]] = []
-                if self.chunks is not None:
-                    items.append(("chunks", self.chunks.to_arrays))
-                if self.lexical is not None:
-                    items.append(("lexical", self.lexical.to_arrays))
-                proj = self.projection
-                if proj.savable():
-                    if proj.version != self._graph_saved:
-                        self._dirty.add("projection")
-                    items.append(("projection", proj.state))
-                caught = self.caught_up[1] if self.caught_up is not None else 0
-                for kind, get in items:
-                    if kind in self._behind and kind not in self._dirty:
-                        if caught <= CATCH_UP_KEEP:
-                            continue  # the next open catches up as this one did: no rewrite
-                    elif kind not in self._dirty and self._file_seq.get(kind) == seq:
-                        continue
-                    elif kind not in self._dirty and kind in self._file_seq and \
-                            sidecar.restamp(directory, kind, self._file_seq[kind], seq):
-                        self._file_seq[kind] = seq
-                        continue
-                    state = get()
-                    if state is None:
-                        continue
-                    if hasattr(self.store, "row_tops"):  # at seq (checked above), for ``_accounted``
-                        top_nid, top_eid = self.store.row_tops()
-                        state[1]["max_eid" if kind == "projection" else "max_nid"] = \
-                            top_eid if kind == "projection" else top_nid
-                    sidecar.save_arrays(directory, kind, seq, state[0], state[1])
-                    self._file_seq[kind] = seq
-                    self._dirty.discard(kind)
-                    self._behind.discard(kind)
-                    written.append(kind)
-                    if kind == "projection":
-                        self._graph_saved = proj.version
-                seqs = [sidecar.header_seq(directory, kind) for kind in sidecar.KINDS]
-                known = [q for q in seqs if q is not None]
-                if known:  # entries every file is past serve no catch-up any more
-                    sidecar.prune_journal(directory, min(known))
+                written = self._save_locked(directory, seq)
             except Exception as exc:  # a full disk or a read-only directory must not fail close()
                 log.warning("causalmem: could not save the index files in %s: %s", directory, exc)
+        return written
+
+    def _save_locked(self, directory: Path, seq: int) -> list[str]:
+        """``save_sidecars`` under the index directory's lock: the state checked again there (a purge
+        by another process holds the lock from before its commit until its files are gone, so a view
+        that still holds purged rows is never written after it)."""
+        written: list[str] = []
+        with sidecar.index_lock(directory):
+            self.sync_external()
+            if self._seq != seq or self._read_seq() != seq:
+                return written
+            items: list[tuple[str, Callable[[], tuple[dict, dict] | None]]] = []
+            if self.chunks is not None:
+                items.append(("chunks", self.chunks.to_arrays))
+            if self.lexical is not None:
+                items.append(("lexical", self.lexical.to_arrays))
+            proj = self.projection
+            if proj.savable():
+                if proj.version != self._graph_saved:
+                    self._dirty.add("projection")
+                items.append(("projection", proj.state))
+            caught = self.caught_up[1] if self.caught_up is not None else 0
+            for kind, get in items:
+                if kind in self._behind and kind not in self._dirty:
+                    if caught <= CATCH_UP_KEEP:
+                        continue  # the next open catches up as this one did: no rewrite
+                elif kind not in self._dirty and self._file_seq.get(kind) == seq:
+                    continue
+                elif kind not in self._dirty and kind in self._file_seq and \
+                        sidecar.restamp(directory, kind, self._file_seq[kind], seq):
+                    self._file_seq[kind] = seq
+                    continue
+                state = get()
+                if state is None:
+                    continue
+                if hasattr(self.store, "row_tops"):  # at seq (checked above), for ``_accounted``
+                    top_nid, top_eid = self.store.row_tops()
+                    state[1]["max_eid" if kind == "projection" else "max_nid"] = \
+                        top_eid if kind == "projection" else top_nid
+                sidecar.save_arrays(directory, kind, seq, state[0], state[1])
+                self._file_seq[kind] = seq
+                self._dirty.discard(kind)
+                self._behind.discard(kind)
+                written.append(kind)
+                if kind == "projection":
+                    self._graph_saved = proj.version
+            seqs = [sidecar.header_seq(directory, kind) for kind in sidecar.KINDS]
+            known = [q for q in seqs if q is not None]
+            if known:  # entries every file is past serve no catch-up any more
+                sidecar.prune_journal(directory, min(known))
         return written
 
     def stamp_vectors(self) -> bool:
@@ -738,7 +760,11 @@ class Views:
                 seq = vi.seq
                 if seq is None or self._read_seq() != seq or not vi.ready or vi is not self.vectors:
                     return False
-                return stamp_sidecar(directory, vi, seq)
+                with sidecar.index_lock(directory):  # checked again there: see ``_save_locked``
+                    self.sync_external()
+                    if vi.seq != seq or self._read_seq() != seq or vi is not self.vectors:
+                        return False
+                    return stamp_sidecar(directory, vi, seq)
             except Exception as exc:  # a full disk or a read-only directory must not fail close()
                 log.warning("causalmem: could not stamp the vector index in %s: %s", directory, exc)
                 return False
@@ -930,6 +956,7 @@ class Views:
         dv = self.store.data_version()
         if dv != self._data_version:
             self._data_version = dv
+            self.purge_seen = sidecar.purge_token(self.sidecar_dir)  # a purge replaces it before its commit
             if self.vectors is not None:
                 self.vectors.seq = None  # patched from another process's changes: no exact state known
             changes = getattr(self.store, "foreign_changes", None)  # a backend with a change log
@@ -1173,6 +1200,15 @@ class Views:
 
         fx.append(apply)
 
+    @contextlib.contextmanager
+    def purging(self) -> Iterator[None]:
+        """Around a purge's write: this process's lock, then the index directory's lock (no process
+        saves index files from before the purge's commit until its files are gone), and a new purge
+        token before the commit (a vector index build started from the old one is dropped, not saved)."""
+        with self.lock, sidecar.index_lock(self.sidecar_dir):
+            sidecar.new_purge_token(self.sidecar_dir)
+            yield
+
     def purged(self, fx: Effects) -> None:
         """Chunks and edges were removed from the store for good: rebuild every view from it."""
         self._jdelta = None  # rows gone for good: no journal entry, so no catch-up across a purge
@@ -1180,15 +1216,15 @@ class Views:
         def apply() -> None:
             self.chunks = self.lexical = self.vectors = None
             self.projection.mark_stale()
-            # purged text must not outlive the purge in an index file (they are rebuilt and saved again)
-            for kind in sidecar.KINDS:
-                sidecar.remove(self.sidecar_dir, kind)
-            if self.sidecar_dir is not None:
-                (self.sidecar_dir / sidecar.JOURNAL).unlink(missing_ok=True)
+            # purged texts and vectors must not outlive the purge in any index file: every file of the
+            # directory goes (named ones, journal, vector generations, a crashed save's temporary files);
+            # the caller holds ``sidecar.index_lock`` and replaced the purge token (``write.delete_all``)
+            sidecar.purge_files(self.sidecar_dir)
+            # and again after the commit: a process that read the token between the first replacement
+            # and the commit (it may still hold purged rows) drops its builds and re-reads the store
+            self.purge_seen = sidecar.new_purge_token(self.sidecar_dir)
             self._file_seq.clear()
             self._graph_saved = None
-            if self.sidecar_dir is not None:  # purged vectors must leave the disk too
-                remove_sidecar(self.sidecar_dir)
 
         fx.append(apply)
 

@@ -412,8 +412,9 @@ def delete_all(views: Views, scope: Scope, *, purge: bool) -> int:
     """``Memory.delete_all`` of a checked, non-empty scope: a soft delete, or a purge followed by a
     rewrite of the file (the bytes leave the disk)."""
     filters = scope_filters(scope)
-    with views.write() as fx:
-        n = purge_scope(views, fx, filters) if purge else delete_scope(views, fx, filters)
+    with views.purging() if purge else contextlib.nullcontext():
+        with views.write() as fx:
+            n = purge_scope(views, fx, filters) if purge else delete_scope(views, fx, filters)
     if purge:
         with views.lock:
             if not views.store.compact():
