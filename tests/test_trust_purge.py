@@ -447,3 +447,40 @@ def test_an_embedding_in_flight_during_the_purge_stores_nothing(tmp_path):
     con = sqlite3.connect(db)
     assert con.execute("SELECT COUNT(*) FROM embeddings WHERE nid NOT IN (SELECT nid FROM chunks)").fetchone()[0] == 0
     con.close()
+
+
+def test_postgres_purge_leaves_no_row_and_no_client_side_file(pg_dsn, tmp_path, monkeypatch):
+    """Case 5: on a server store the client keeps no index file (nothing is written next to the
+    process: its working directory stays empty, also for a second host that had alice's rows
+    loaded and closes after the purge) and no row of any table of the memory's schema holds a
+    purged text or vector afterwards. The server's own files (WAL, archives, replicas) are the
+    server's: not checked, not promised (README)."""
+    monkeypatch.chdir(tmp_path)
+    emb = HashEmbedder()
+    with Memory(pg_dsn, embedder=emb) as m:
+        _write_secrets(m)
+        assert m._views.sidecar_dir is None
+        other = Memory(pg_dsn, embedder=HashEmbedder())
+        try:
+            assert other.search("passport", user_id="alice")
+            vec = emb.encode([f"my passport is {SECRET}"])[0].astype("<f4").tobytes().hex()
+            store = m._store
+
+            def dump() -> str:
+                names = [r[0] for r in store.query(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (store.schema,))]
+                assert "chunks" in names and "embeddings" in names
+                return "\n".join(str(r[0]) for t in names
+                                 for r in store.query(f'SELECT t::text FROM "{store.schema}"."{t}" t'))
+
+            before = dump()
+            assert SECRET in before and vec in before  # the dump sees them (bytea as hex)
+            assert m.delete_all(user_id="alice", purge=True) >= 6
+            after = dump()
+            for s in (SECRET, SECRET_ZH, SECRET_FACT, "alice draft", "my passport"):
+                assert s not in after
+            assert vec not in after
+            assert other.search("passport", user_id="alice") == []
+        finally:
+            other.close()
+    assert list(tmp_path.iterdir()) == []
