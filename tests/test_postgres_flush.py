@@ -291,3 +291,42 @@ def test_a_confirm_while_a_batch_is_in_flight_leaves_the_projection_equal_to_the
         seen = _activation(m, "alpha release", b, user_id="u")
         m._projection.mark_stale()  # rebuilt from the store alone
         assert _activation(m, "alpha release", b, user_id="u") == pytest.approx(seen, rel=1e-5)
+
+
+def test_a_write_waiting_for_the_batch_in_flight_goes_before_the_next_batch(pg_dsn):
+    """``Flusher.settle`` is fair: a write that waits for the batch in flight commits before the thread
+    takes the next batch, however many searches queue meanwhile (else a stream of searches with a
+    small ``reinforce_batch`` starves the main connection's writes)."""
+    cfg = Config(reinforce_seconds=3600, reinforce_batch=1)
+    with Memory(pg_dsn, embedder=None, config=cfg) as m:
+        m.add("alpha release of the kafka consumer", user_id="u")
+        with Held(m) as held:
+            m.search("kafka consumer", top_k=1, user_id="u")  # batch 1, taken and held
+            assert held.started.wait(30)
+            flusher, order = held.flusher, []
+            inner = flusher._write
+
+            def noted(batch):
+                order.append("batch")
+                return inner(batch)
+
+            flusher._write = noted
+            track = m._views._track_commit  # the write's commit, noted under the views lock
+
+            def committed():
+                order.append("write")
+                return track()
+
+            m._views._track_commit = committed  # type: ignore[method-assign]
+            writer = threading.Thread(target=m.add, args=("beta rollout",), kwargs={"user_id": "u"})
+            writer.start()
+            with m._views.lock:  # the write waits in settle (its wait releases the lock)
+                while not flusher.settling:
+                    flusher.cond.wait(0.01)
+            for _ in range(3):  # batch 2 asked for while the write waits
+                m.search("kafka consumer", top_k=1, user_id="u")
+            held.release()
+            writer.join(30)
+            assert not writer.is_alive()
+            m.flush()
+        assert order[0] == "write", order

@@ -17,7 +17,8 @@ and ``AND``/``OR``/``NOT`` lists).
 
 ``score`` is causalmem's fused search score clipped to [0, 1]: the blend of max-normalised BM25 and
 cosine similarity (each in [0, 1]) above the score of a typical non-match, plus what the causal and
-conversation graph adds (graph-only bonuses can pass 1 and are clipped). Higher is more relevant;
+conversation graph adds, times the memory's usefulness factor (``Config.q_rank``: 1 until feedback or
+sleep moves its Q; graph-only bonuses and rewarded memories can pass 1 and are clipped). Higher is more relevant;
 0 means "in scope but matched nothing better than a typical non-match".
 
 No LLM is needed: ``infer`` defaults to False unless the memory has a distiller (``llm`` in
