@@ -178,6 +178,11 @@ PG_SKIPS: dict[str, str] = {
     "file",
     "test_oneshot_embed.py::": "the hand-off of the embedding queue takes a lock in <db>.idx/ next to a SQLite "
     "file; a PostgreSQL memory's queue waits for the next long-lived opener",
+    **{f"test_trust_purge.py::{name}": "bytes of a SQLite file and of its <db>.idx/ files (the PostgreSQL "
+       "equivalent: test_trust_purge.py::test_postgres_purge_leaves_no_row_and_no_client_side_file)"
+       for name in ("test_purge_with_the_model_", "test_a_second_process_closing_after_the_purge",
+                    "test_a_second_memory_in_the_same_process_closing", "test_a_crashed_save_leaves_nothing",
+                    "test_a_save_racing_the_purge", "test_an_embedding_in_flight_during_the_purge")},
     **{f"test_oneshot_handoff.py::{name}": "one-shot writer processes on a SQLite file and its <db>.idx/ embed lock"
        for name in ("test_off_in_code", "test_the_environment_variable", "test_auto_in_code", "test_drain_",
                     "test_the_handed_off_child", "test_a_bounded_child", "test_a_writer_that_only_rewrote")},
