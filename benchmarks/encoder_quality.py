@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import os
 import pickle
 import sys
@@ -341,8 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
     ap.add_argument("--cv", default="torch,int8,int8-sln",
                     help="variants also run on the full tuning grid for the cross-validated comparison ('' = none)")
-    ap.add_argument("--cache", default="", help="directory keeping each variant's vectors and scores; a rerun with "
-                    "the same code reuses them (delete it after a code change)")
+    ap.add_argument("--cache", default="", help="directory keeping each variant's vectors and scores, keyed by a hash of the "
+                    "engine's and the harness's code, the data and the variant: a rerun of the same code reuses them")
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="markdown path, or - to print")
     ap.add_argument("--lock", default="run under the shared lock for non-timed jobs (a quality run, not timed)")
     args = ap.parse_args(argv)
@@ -358,7 +359,12 @@ def main(argv: list[str] | None = None) -> int:
     cache = Path(args.cache) if args.cache else None
     with tempfile.TemporaryDirectory(prefix="encoder-quality-") as tmp:
         for name in names:
-            saved = cache / f"{name}-{'cv' if name in cv else 'shipped'}.pkl" if cache else None
+            mode = 'cv' if name in cv else 'shipped'
+            # keyed by what the result depends on: the engine's code, this harness and locomo_retrieval's,
+            # the data, the variant and its mode (a stale file from other code is never read)
+            harness = b"".join((HERE / f).read_bytes() for f in ("encoder_quality.py", "locomo_retrieval.py"))
+            key = lr._source_key(args.data, f"{name}\0{mode}\0{hashlib.sha256(harness).hexdigest()}")
+            saved = cache / f"{name}-{mode}-{key}.pkl" if cache else None
             if saved is not None and saved.is_file():  # a variant of an earlier run of this same code and data
                 with open(saved, "rb") as f:
                     results[name] = pickle.load(f)
