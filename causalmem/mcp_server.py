@@ -449,7 +449,9 @@ def build_tools() -> list[ToolSpec]:
                  ("edge_id",), edge_out, lambda mem, edge_id, reason=None: mem.invalidate(edge_id, reason),
                  edge_ids=("edge_id",)),
         ToolSpec("link", "Link two memories",
-                 "Add a typed causal edge between two existing memories (by chunk id); returns the edge.",
+                 "Add a typed causal edge between two existing memories (by chunk id); returns the edge. Linking "
+                 "the same two memories with the same relation again strengthens that edge (evidence + 1, "
+                 "confidence combined) and returns it: no second edge.",
                  {"src_chunk_id": _s("Id of the cause.", minLength=1), "dst_chunk_id": _s("Id of the effect.",
                                                                                         minLength=1),
                   "relation": _RELATION, "confidence": _CONFIDENCE, "polarity": _POLARITY,

@@ -439,7 +439,18 @@ def feedback(views: Views, chunk_id: Any, reward: float) -> float:
 
 def link(views: Views, fx: Effects, s: ChunkRow, d: ChunkRow, rel: Relation, subtype: str | None, *,
          confidence: float, source: str, polarity: str | None, task_tag: str | None) -> str:
-    """A typed edge between two live chunks; returns its id."""
+    """A typed edge between two live chunks of one scope; returns its id.
+
+    Repeated evidence (SPEC §7), as ``record_decision`` does it: when a valid edge (``valid_to``
+    unset; one annotated ``superseded_by`` is still valid) with the same source chunk, destination
+    chunk, relation and meta subtype exists, it is updated instead of adding a parallel one —
+    ``evidence`` + 1, confidence combined noisy-or (``combine_confidence``: capped at
+    ``EVIDENCE_CAP``, never below either value), a given ``polarity`` replaces the stored one
+    (``polarity_origin`` "given"), ``None`` keeps it — and its id is returned. The edge keeps its
+    own ``source`` (which sets its decay), ``task_tag`` and supersession note; the call's
+    ``confidence`` (the given one, or the default of the call's ``source``) is what adds up. An
+    invalidated edge is never reused: the link is a new edge, as on first use. The projection sets
+    the updated edge's weight in place (no second entry between the two chunks)."""
     for row, name in ((s, "src_chunk_id"), (d, "dst_chunk_id")):
         if row.valid_to is not None:
             raise ValueError(f"{name} {row.id!r} was deleted")
@@ -450,8 +461,16 @@ def link(views: Views, fx: Effects, s: ChunkRow, d: ChunkRow, rel: Relation, sub
             f"src_chunk_id and dst_chunk_id are in different scopes (user_id/agent_id/run_id "
             f"{(s.user_id, s.agent_id, s.run_id)!r} vs {(d.user_id, d.agent_id, d.run_id)!r}); scope is a wall: "
             "no edge joins two scopes")
-    _, edge_id = insert_edge(views, fx, s.nid, d.nid, rel, confidence=confidence, source=source, polarity=polarity,
-                             task_tag=task_tag, event_time=None, subtype=subtype)
+    key = (s.nid, d.nid, rel.value, subtype)
+    old = views.store.valid_edges_for_pairs([key]).get(key)
+    if old is None:
+        _, edge_id = insert_edge(views, fx, s.nid, d.nid, rel, confidence=confidence, source=source,
+                                 polarity=polarity, task_tag=task_tag, event_time=None, subtype=subtype)
+    else:
+        conf = combine_confidence(old.confidence, confidence)
+        views.store.add_edge_evidence([(conf, 1, polarity, "given", old.eid)])
+        views.edges_reweighted(fx, [(old.eid, rel.value, conf)])
+        edge_id = old.id
     views.count_write(fx)
     return edge_id
 

@@ -45,6 +45,17 @@ PAY = "restarted the payment service without draining the queue first"
 BILL = "restarted the billing service without draining the queue first"
 
 
+def _parallel_edge(mem, edge, **kw):
+    """A second valid edge beside ``edge`` (same chunks and relation), as an older file may hold one."""
+    from causalmem import write
+
+    src, dst = mem._store.nid_of(edge.src), mem._store.nid_of(edge.dst)
+    with mem._views.write() as fx:
+        _, edge_id = write.insert_edge(mem._views, fx, src, dst, Relation.parse(edge.relation), event_time=None, **kw)
+        mem._views.count_write(fx)
+    return mem.get_edge(edge_id)
+
+
 def _seed(mem):
     """A small store exercising every stage."""
     out = {}
@@ -54,10 +65,10 @@ def _seed(mem):
                                        polarity="positive", task_tag="db")
     out["dup_weak"] = mem.record_decision("bumped the worker count", "throughput doubled", confidence=0.6,
                                           source="rule", polarity="positive", task_tag="perf")
-    # record_decision folds repeated evidence into one edge; an explicit link can still add a
-    # parallel edge (as can files written before repeated evidence was merged): sleep merges them
-    out["dup_strong"] = mem.link(out["dup_weak"].src, out["dup_weak"].dst, "caused", confidence=0.9,
-                                 source="rule", polarity="positive", task_tag="perf")
+    # record_decision and link fold repeated evidence into one edge; a file written before they did
+    # can hold parallel edges (one written here with the store's raw insert): sleep merges them
+    out["dup_strong"] = _parallel_edge(mem, out["dup_weak"], confidence=0.9, source="rule", polarity="positive",
+                                       task_tag="perf")
     out["pay"] = mem.record_decision(PAY, "orders were lost during the restart", task_tag="payments",
                                      polarity="negative", confidence=0.4)
     out["bill"] = mem.record_decision(BILL, "invoices were lost during the restart", task_tag="billing",
