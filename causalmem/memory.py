@@ -141,15 +141,9 @@ class Memory:
 
     def link(self, src_chunk_id: str, dst_chunk_id: str, relation: str, *, confidence: float | None = None,
              source: str = "rule", polarity: str | None = None, task_tag: str | None = None) -> Edge:
-        """Add a typed edge between two existing chunks of one scope; returns it.
-
-        Linking again what is already linked is repeated evidence (SPEC §7), as in
-        ``record_decision``: a valid edge with the same source, destination and relation (a meta
-        kind such as ``similar_to`` counts as its own relation) is updated — ``evidence`` + 1,
-        confidence combined noisy-or and capped at 0.99, a given ``polarity`` replaces the stored
-        one — and returned with its id; it keeps its ``source`` and ``task_tag``. No parallel edge
-        is added. After ``invalidate`` (or a retiring supersession) the next link is a new edge.
-        Chunks of two scopes are never linked (``ValueError``)."""
+        """Add a typed edge between two existing chunks of one scope. Again on a linked pair (same relation
+        and meta kind): that valid edge gains evidence as in ``record_decision`` (+1, confidence noisy-or
+        capped at 0.99, a given polarity replaces it) and is returned, same id; never a parallel edge."""
         rel = Relation.parse(relation)
         source = ingest.check_source(source)
         conf = ingest.check_confidence(SOURCES_CONFIDENCE.get(source, 0.6) if confidence is None else confidence)
