@@ -62,6 +62,10 @@ class RetrievalParams:
     # best ``prf_docs`` fused hits that are frequent there and rare in the store, not in the query,
     # query BM25 again; its scores (/ its best) x ``prf_weight`` x the best fused score are added.
     # A multi-turn answer shares words with the turns the question found first.
+    # Only when the scope has more lexical matches than the first pass took as candidates: below that
+    # the feedback hits are not picked from a pool (as for ``centre_min``), the first pass has already
+    # seen every match, and words drawn from whichever matches there are (a weak one's as much as the
+    # exact one's; the pass is scaled to its own best) would lift a weak match above the exact text.
     prf_terms: int = 10
     prf_docs: int = 3
     prf_weight: float = 0.5
@@ -507,7 +511,10 @@ def _second_pass(views: Views, lexical, query: str, mask: np.ndarray, nids: np.n
                  lex_ids: np.ndarray, depth: int, p: RetrievalParams) -> tuple[np.ndarray, np.ndarray]:
     """Pseudo-relevance feedback (see ``RetrievalParams.prf_terms``): the fused scores of the
     candidates with the second BM25 pass added. The feedback comes from the best hits that share a word with
-    the query (a neighbour the graph brought in is no evidence of what the query means)."""
+    the query (a neighbour the graph brought in is no evidence of what the query means), and only when the
+    lexical channel filled its ``depth`` (the scope has more matches than the candidates)."""
+    if len(lex_ids) < depth:  # every lexical match in scope is a candidate already: no pool to learn from
+        return nids, scores
     order = np.lexsort((nids, -scores))
     matched = _member(np.sort(lex_ids), nids[order])
     top = order[matched][: p.prf_docs]

@@ -44,8 +44,11 @@ def test_a_search_alone_makes_no_link_by_default(mem, db_path):
     assert not mem._projection._overlay.learned and not mem._views._pending_co  # and none in the view
     # the search's other reinforcement is still written: access counts
     assert sum(mem.get(x).access_count for x in (a, b, c)) > 0
-    # the opt-in switch brings the search-time rule back (same hits, same session: linked)
-    with Memory(db_path, embedder=None, config=Config(hebbian_search=True, hebbian_same_session=False)) as m2:
+    # the opt-in switch brings the search-time rule back (same hits, same session: linked); the second hit
+    # scores 0.61 of the first in this 3-chunk store (no second pass below the candidate depth), so the
+    # rule's score-ratio check is set below that
+    with Memory(db_path, embedder=None, config=Config(hebbian_search=True, hebbian_same_session=False,
+                                                      hebbian_min_ratio=0.5)) as m2:
         m2.search("kafka consumer beta rollout", top_k=3, user_id="u")
         m2.flush()
         assert _pairs(m2) > 0

@@ -196,6 +196,8 @@ def test_doc_terms_are_the_tokenized_texts(ops, compact):
 
 def second_pass_oracle(views, lexical, query, mask, nids, scores, lex_ids, depth, p):
     """``_second_pass`` as it was written before: the best hits' texts read from the store and tokenized."""
+    if len(lex_ids) < depth:  # every lexical match is a candidate: no second pass (the repro of prf8)
+        return nids, scores
     order = np.lexsort((nids, -scores))
     matched = np.isin(nids[order], lex_ids)
     top = order[matched][: p.prf_docs]
@@ -237,7 +239,8 @@ def test_second_pass_equals_the_text_oracle_bit_for_bit(db_path, clock, monkeypa
     mem = Memory(db_path, embedder=None, clock=clock)
     try:
         for s in range(20):
-            mem.add([" ".join(rng.choice(vocab, size=int(rng.integers(3, 12)))) for _ in range(10)],
+            # "memo" in every other text: a query with it has more matches than the candidate depth (the pass runs)
+            mem.add([" ".join(rng.choice(vocab, size=int(rng.integers(3, 12)))) + " memo" * (k % 2) for k in range(10)],
                     user_id="u", session_id=f"s{s}")
         chunks = mem.get_all(limit=500)
         mem.update(chunks[7].id, "rewritten text about deploy caches and w1 w2")  # the index follows updates
@@ -255,7 +258,7 @@ def test_second_pass_equals_the_text_oracle_bit_for_bit(db_path, clock, monkeypa
 
         monkeypatch.setattr(retrieval, "_second_pass", checked)
         for _ in range(150):
-            q = " ".join(rng.choice(vocab, size=int(rng.integers(1, 5))))
+            q = " ".join(rng.choice(vocab, size=int(rng.integers(1, 5)))) + " memo" * int(rng.integers(0, 2))
             mem.search(q, reinforce=False, top_k=int(rng.integers(1, 30)))
         assert len(calls) > 100 and sum(calls) > 50  # the feedback did change scores
     finally:
