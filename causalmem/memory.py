@@ -269,7 +269,7 @@ class Memory:
                 metadata: Mapping[str, Any] | None = None, **kwargs: Any) -> list[Chunk]:
         """Chunks matching exact-value filters (user_id, agent_id, run_id, session_id, kind) and, when
         given, a ``metadata`` filter (see ``causalmem.metadata_filter``), oldest first."""
-        return retrieval.list_chunks(self._store, {**(filters or {}), **kwargs}, metadata, limit)
+        return retrieval.list_chunks(self._store, {**(filters or {}), **kwargs}, metadata, limit, self._views)
 
     def get(self, chunk_id: str) -> Chunk:
         return ingest.require_chunk(self._store, chunk_id).to_chunk()

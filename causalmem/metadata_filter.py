@@ -13,10 +13,14 @@ field; ``$ne`` and ``$nin`` match a missing field. ``{"$and": [f, ...]}``, ``{"$
 """
 from __future__ import annotations
 
+import json
 import math
-from typing import Any, Mapping
+from collections import OrderedDict
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-__all__ = ["OPERATORS", "validate", "matches"]
+import numpy as np
+
+__all__ = ["OPERATORS", "validate", "matches", "FilterCache"]
 
 OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$contains", "$icontains", "$exists")
 _LOGICAL = ("$and", "$or", "$not")
@@ -137,3 +141,220 @@ def matches(meta: Mapping[str, Any] | None, spec: Mapping[str, Any]) -> bool:
             elif value is _MISSING or not _equal(value, cond):
                 return False
     return True
+
+
+#: distinct filters whose results a ``FilterCache`` keeps (least recently used dropped first)
+CACHED_FILTERS = 32
+#: a ``FilterCache`` keeps the parsed metadata of at most this many distinct metadata texts; beyond,
+#: a filter not seen before parses the texts again (evaluation is slower, memory stays bounded)
+PARSED_MAX = 200_000
+#: a fill that misses more than this share of the scope reads every chunk's metadata in one scan
+_SCAN_SHARE = 4
+
+
+def _encode(o: Any) -> Any:
+    if isinstance(o, (set, frozenset)):
+        return {"$set": sorted(json.dumps(x, sort_keys=True, default=_encode) for x in o)}
+    raise TypeError(type(o).__name__)
+
+
+def canonical(spec: Mapping[str, Any]) -> str | None:
+    """A text equal for equal filters (keys sorted; ``True`` and ``1`` differ), or None when the
+    filter has no JSON form (then it is evaluated every time, not cached)."""
+    try:
+        return json.dumps(spec, sort_keys=True, default=_encode)
+    except (TypeError, ValueError):
+        return None
+
+
+class _Entry:
+    """One filter's results: ``hits[i]``: the i-th distinct metadata text matches (the last element,
+    for a chunk whose text is unknown, is False); ``nids``: the chunks that match, as of ``version``."""
+
+    __slots__ = ("spec", "hits", "nids", "version")
+
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        self.spec = spec
+        self.hits = np.zeros(1, dtype=bool)
+        self.nids: np.ndarray | None = None
+        self.version = -1
+
+
+class FilterCache:
+    """Which chunks match a metadata filter, kept between searches (``Views.meta_cache``).
+
+    Per chunk (nid): the index of its metadata text among the distinct texts read so far (-1: not
+    known — never read, or changed since). Per distinct text: the text and, up to ``PARSED_MAX``
+    texts, its parsed value. Per filter (the ``CACHED_FILTERS`` used last): which texts match, and
+    the boolean nid mask of the chunks that match while no chunk's text index changed since. A
+    repeated filter costs two array operations; a new one is evaluated once per distinct text (chunks
+    that share a metadata text share the work). The owner keeps it exact: ``forget`` the nids whose
+    metadata may have changed, ``forget_all`` when it cannot tell which (the next fill reads every
+    chunk's metadata again and drops the texts no chunk has any more), ``clear`` on a purge.
+
+    Memory: 4 bytes per nid, one byte per nid per cached filter, the distinct texts and their parsed
+    values (the bulk: see ``benchmarks/search_metadata_filter.py`` for the RSS at 100k chunks);
+    texts no chunk has any more are dropped once they outnumber the nids (``_compact``).
+    """
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget everything (a purge: no purged metadata stays in memory)."""
+        self.code = np.full(0, -1, dtype=np.int32)
+        self.texts: list[str] = []
+        self.index: dict[str, int] = {}
+        self.parsed: list[Any] = []
+        self.filters: OrderedDict[str, _Entry] = OrderedDict()
+        self.version = 0
+        self.stale_all = False
+
+    def forget(self, nids: Iterable[int]) -> None:
+        """These chunks' metadata may have changed (or they are new): read again when next needed."""
+        ids = np.fromiter((int(n) for n in nids), dtype=np.int64)
+        ids = ids[(ids >= 0) & (ids < len(self.code))]
+        if len(ids):
+            self.code[ids] = -1
+            self.version += 1
+
+    def forget_all(self) -> None:
+        """Any chunk's metadata may have changed: the next fill reads them all again."""
+        if len(self.code) or self.texts:
+            self.code[:] = -1
+            self.version += 1
+            self.stale_all = True
+
+    def mask(self, spec: Mapping[str, Any], scope: np.ndarray,
+             read: Callable[[Sequence[int] | None], Iterable[tuple[int, str]]]) -> np.ndarray:
+        """``scope`` (a boolean nid mask) narrowed to the chunks whose metadata matches ``spec`` (a
+        validated filter), as a new array. ``read(nids)`` gives ``(nid, metadata JSON)`` of those
+        chunks from the store (``None``: of every chunk); called only for chunks not known here."""
+        n = len(scope)
+        if len(self.code) < n:
+            self._grow(n)
+        unknown = scope & (self.code[:n] < 0)
+        if unknown.any():
+            ids = np.flatnonzero(unknown)
+            if self.stale_all or len(ids) * _SCAN_SHARE > n:
+                self._fill(read(None), scan=True)
+            else:
+                self._fill(read(ids.tolist()), scan=False)
+        key = canonical(spec)
+        entry = self.filters.get(key) if key is not None else None
+        if entry is None:
+            entry = _Entry(spec)
+            if key is not None:
+                self.filters[key] = entry
+                while len(self.filters) > CACHED_FILTERS:
+                    self.filters.popitem(last=False)
+        elif key is not None:
+            self.filters.move_to_end(key)
+        if entry.version != self.version or entry.nids is None or len(entry.nids) < n:
+            self._evaluate(entry)
+            # a chunk whose text is unknown (-1) takes hits' last element: False
+            entry.nids = entry.hits[self.code]
+            entry.version = self.version
+        assert entry.nids is not None
+        return scope & entry.nids[:n]
+
+    def _grow(self, n: int) -> None:
+        code = np.full(max(n, 2 * len(self.code)), -1, dtype=np.int32)
+        code[: len(self.code)] = self.code
+        self.code = code
+
+    def _fill(self, rows: Iterable[tuple[int, str]], *, scan: bool) -> None:
+        """Text indexes of the chunks in ``rows``; ``scan``: ``rows`` are every stored chunk."""
+        if scan and self.stale_all:  # every chunk's text again: start from those texts only
+            self._compact(rows)
+            return
+        index, texts, parsed = self.index, self.texts, self.parsed
+        nids: list[int] = []
+        codes: list[int] = []
+        for nid, text in rows:
+            text = text or "{}"
+            i = index.get(text)
+            if i is None:
+                i = index[text] = len(texts)
+                texts.append(text)
+                parsed.append(None)
+            nids.append(nid)
+            codes.append(i)
+        self._set_codes(nids, codes)
+        if len(texts) > 2 * len(self.code) + 1024:  # texts no chunk has any more outnumber the chunks
+            self._compact(None)
+
+    def _set_codes(self, nids: list[int], codes: list[int]) -> None:
+        if not nids:
+            return
+        ids = np.asarray(nids, dtype=np.int64)
+        top = int(ids.max()) + 1
+        if top > len(self.code):
+            self._grow(top)
+        self.code[ids] = np.asarray(codes, dtype=np.int32)
+        self.version += 1
+
+    def _compact(self, rows: Iterable[tuple[int, str]] | None) -> None:
+        """Keep only the texts chunks have: those of ``rows`` (every chunk, read again; the other codes
+        are unknown) or, for None, those the known codes name. Parsed values and filter results of
+        the texts kept are kept."""
+        old_texts, old_parsed = self.texts, self.parsed
+        if rows is None:
+            known = self.code >= 0
+            pairs: Iterable[tuple[int, str]] = zip(np.flatnonzero(known).tolist(),
+                                                   (old_texts[i] for i in self.code[known].tolist()))
+        else:
+            pairs = rows
+        old_index = self.index
+        self.texts, self.index, self.parsed = [], {}, []
+        self.code[:] = -1
+        self.stale_all = False
+        index, texts, parsed = self.index, self.texts, self.parsed
+        nids: list[int] = []
+        codes: list[int] = []
+        moved: list[int] = []  # new index -> old index (-1: a text not seen before)
+        for nid, text in pairs:
+            text = text or "{}"
+            i = index.get(text)
+            if i is None:
+                i = index[text] = len(texts)
+                texts.append(text)
+                o = old_index.get(text, -1)
+                moved.append(o)
+                parsed.append(old_parsed[o] if o >= 0 else None)
+            nids.append(nid)
+            codes.append(i)
+        self._set_codes(nids, codes)
+        self.version += 1
+        src = np.asarray(moved, dtype=np.int64)
+        for entry in self.filters.values():
+            # the results of the texts kept carry over; the others are evaluated now
+            done = len(entry.hits) - 1
+            carried = (src >= 0) & (src < done)
+            hits = np.zeros(len(texts) + 1, dtype=bool)
+            hits[:-1][carried] = entry.hits[src[carried]]
+            for k in np.flatnonzero(~carried).tolist():
+                hits[k] = matches(self._value(k), entry.spec)
+            entry.hits = hits
+            entry.nids = None
+
+    def _value(self, k: int) -> Any:
+        """The parsed metadata of distinct text ``k`` (kept while there are at most ``PARSED_MAX`` texts)."""
+        value = self.parsed[k]
+        if value is None:
+            value = json.loads(self.texts[k])
+            if len(self.texts) <= PARSED_MAX:
+                self.parsed[k] = value
+        return value
+
+    def _evaluate(self, entry: _Entry) -> None:
+        """``entry.hits`` for every distinct text (only the texts added since it was last evaluated)."""
+        done = len(entry.hits) - 1
+        texts = self.texts
+        if done >= len(texts):
+            return
+        spec, value = entry.spec, self._value
+        new = np.zeros(len(texts) - done + 1, dtype=bool)
+        for k in range(done, len(texts)):
+            new[k - done] = matches(value(k), spec)
+        entry.hits = np.concatenate([entry.hits[:done], new])

@@ -268,13 +268,9 @@ def _ranked(views: Views, query: str, top_k: int, chans: tuple[str, ...], fusion
 
 
 def _metadata_mask(views: Views, mask: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
-    """The scope mask narrowed to chunks whose metadata matches ``spec`` (a new array: masks are cached)."""
-    nids = np.flatnonzero(mask)
-    keep = np.zeros_like(mask)
-    meta = views.store.chunk_metadata(nids.tolist())
-    ok = [n for n in nids.tolist() if metadata_filter.matches(meta.get(n), spec)]
-    keep[ok] = True
-    return keep
+    """The scope mask narrowed to chunks whose metadata matches ``spec`` (a new array: masks are cached),
+    from the views' filter cache: metadata is read from the store only for chunks not known there."""
+    return views.meta_cache.mask(spec, mask, views.store.chunk_metadata_json)
 
 
 def _fill_cosines(views: Views, qv: np.ndarray, nids, cos: dict[int, float]) -> None:
@@ -671,9 +667,10 @@ MAX_LIST = 2 ** 62
 
 
 def list_chunks(store: StoreBackend, filters: Mapping[str, Any], metadata: Mapping[str, Any] | None,
-                limit: Any) -> list[Chunk]:
+                limit: Any, views: Views | None = None) -> list[Chunk]:
     """Live chunks whose columns equal ``filters`` (keys ``LIST_FILTERS``) and whose metadata matches the
-    ``metadata`` filter (``None``: any), oldest first, at most ``limit``."""
+    ``metadata`` filter (``None``: any), oldest first, at most ``limit``. With ``views`` (those of
+    ``store``) the metadata filter is answered from their filter cache, as a search's is."""
     bad = set(filters) - set(LIST_FILTERS)
     if bad:
         raise ValueError(f"unknown filter keys {sorted(bad)}; allowed: {sorted(LIST_FILTERS)}")
@@ -692,9 +689,18 @@ def list_chunks(store: StoreBackend, filters: Mapping[str, Any], metadata: Mappi
         nids = store.chunk_nids(filters=filters, limit=limit)
     else:
         spec = metadata_filter.validate(metadata)
-        nids = store.chunk_nids(filters=filters)
-        meta = store.chunk_metadata(nids)
-        nids = [n for n in nids if metadata_filter.matches(meta.get(n), spec)][:limit]
+        if views is None:
+            nids = store.chunk_nids(filters=filters)
+            meta = store.chunk_metadata(nids)
+            nids = [n for n in nids if metadata_filter.matches(meta.get(n), spec)][:limit]
+        else:
+            with views.lock:
+                views.sync_external()  # another connection's commit first (the cache forgets what it changed)
+                nids = store.chunk_nids(filters=filters)
+                scope = np.zeros(max(nids, default=-1) + 1, dtype=bool)
+                scope[nids] = True
+                keep = views.meta_cache.mask(spec, scope, store.chunk_metadata_json)
+            nids = [n for n in nids if keep[n]][:limit]
     rows = store.chunk_rows_by_nid(nids)
     return [rows[n].to_chunk() for n in nids if n in rows]
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from . import sidecar
 from .chunks import ChunkTable
+from .metadata_filter import FilterCache
 from .embedding import CLOSE_DRAIN_S, EmbeddingWorker, HandOff, OwnRows, Progress, continue_handed_off, \
     embed_pending, embed_rows, hand_off, handoff_setting, model_loaded, query_encoder_ready
 from .config import Config
@@ -161,6 +162,10 @@ class Views:
             self.projection.restore = self._restore_projection
         self.chunks: ChunkTable | None = None
         self.lexical: BM25Index | None = None
+        # which chunks match the metadata filters searches used (``metadata_filter.FilterCache``): nids
+        # forgotten when their metadata may have changed (own writes: ``metadata_changed``; another
+        # connection's: ``sync_external``), all of it on a purge
+        self.meta_cache = FilterCache()
         self.vectors: VectorIndex | None = None
         self._embedder_spec = embedder
         self._embedder: Embedder | None = None
@@ -956,11 +961,19 @@ class Views:
         dv = self.store.data_version()
         if dv != self._data_version:
             self._data_version = dv
-            self.purge_seen = sidecar.purge_token(self.sidecar_dir)  # a purge replaces it before its commit
+            token = sidecar.purge_token(self.sidecar_dir)  # a purge replaces it before its commit
+            if token != self.purge_seen:
+                self.meta_cache.clear()  # (another process purged: none of its metadata stays here)
+            self.purge_seen = token
             if self.vectors is not None:
                 self.vectors.seq = None  # patched from another process's changes: no exact state known
             changes = getattr(self.store, "foreign_changes", None)  # a backend with a change log
             delta = changes() if changes is not None else None
+            if delta is not None:
+                if "cd" in delta:  # chunk rows deleted for good (a purge elsewhere)
+                    self.meta_cache.clear()
+                else:
+                    self.meta_cache.forget([*delta.get("ci", ()), *delta.get("cu", ())])
             if delta is None or not self.apply_changes(delta):
                 self.resync()
 
@@ -1049,6 +1062,7 @@ class Views:
 
         A text *changed* elsewhere (an ``update`` event we did not make) rebuilds them instead."""
         self.projection.mark_stale()
+        self.meta_cache.forget_all()  # which chunk's metadata changed is not known
         self.reset_embedded_mark()  # another process may have changed texts or written without vectors
         self._seq = self._read_seq()  # read before the rows: the patched views are at least this new
         self._dirty.update(("chunks", "lexical"))
@@ -1173,6 +1187,10 @@ class Views:
 
         fx.append(apply)
 
+    def metadata_changed(self, fx: Effects, nid: int) -> None:
+        """A chunk's metadata was replaced: the metadata filters read it again after commit."""
+        fx.append(lambda: self.meta_cache.forget((nid,)))
+
     def q_changed(self, fx: Effects, nid: int, q: float) -> None:
         self._note("cu", (nid,))
 
@@ -1215,6 +1233,7 @@ class Views:
 
         def apply() -> None:
             self.chunks = self.lexical = self.vectors = None
+            self.meta_cache.clear()
             self.projection.mark_stale()
             # purged texts and vectors must not outlive the purge in any index file: every file of the
             # directory goes (named ones, journal, vector generations, a crashed save's temporary files);

@@ -501,6 +501,7 @@ def update_chunk(views: Views, fx: Effects, row: ChunkRow, text: str | None, vec
     if metadata is not None:
         merged = {**(json.loads(row.metadata) if row.metadata else {}), **metadata}
         views.store.set_chunk_metadata(row.nid, {k: v for k, v in merged.items() if v is not None})
+        views.metadata_changed(fx, row.nid)
         if text is None:
             views.count_write(fx)
     if text is not None:

@@ -413,6 +413,10 @@ class StoreBackend(Protocol):
     def chunk_metadata(self, nids: Sequence[int]) -> dict[int, dict[str, Any]]:
         """Parsed ``metadata`` of the given chunks (missing nids are left out)."""
 
+    def chunk_metadata_json(self, nids: Sequence[int] | None) -> list[tuple[int, str]]:
+        """``(nid, metadata JSON text)`` of the given chunks (missing nids are left out), of every
+        stored chunk (live or deleted) for ``None``; unparsed (``metadata_filter.FilterCache``)."""
+
     def set_chunk_metadata(self, nid: int, metadata: Mapping[str, Any]) -> None:
         """Replace a chunk's metadata (a JSON object)."""
 

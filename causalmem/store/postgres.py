@@ -1730,6 +1730,16 @@ class PostgresStore(SharedStore):
         rows = self.query("SELECT nid, metadata FROM chunks WHERE nid = ANY(%s)", ([int(n) for n in nids],))
         return {r[0]: json.loads(r[1]) if r[1] else {} for r in rows}
 
+    def chunk_metadata_json(self, nids: Sequence[int] | None) -> list[tuple[int, str]]:
+        if nids is not None:
+            with self._lock:
+                cache = self._cached()
+                if cache is not None:
+                    got = self._rows_from(cache, sorted({int(x) for x in nids}))
+                    return [(n, _full(r)[12]) for n, r in got.items()]
+            return self.query("SELECT nid, metadata FROM chunks WHERE nid = ANY(%s)", ([int(n) for n in nids],))
+        return self.query("SELECT nid, metadata FROM chunks")
+
     def touch_chunks(self, nids: Sequence[int], now: float) -> None:
         ids = [int(n) for n in nids]
         if not ids:

@@ -761,6 +761,11 @@ class SQLiteStore(SharedStore):
         rows = self._select_in("SELECT nid, metadata FROM chunks WHERE nid IN ({ids})", [int(n) for n in nids])
         return {r[0]: json.loads(r[1]) if r[1] else {} for r in rows}
 
+    def chunk_metadata_json(self, nids: Sequence[int] | None) -> list[tuple[int, str]]:
+        if nids is None:
+            return self.query("SELECT nid, metadata FROM chunks")
+        return self._select_in("SELECT nid, metadata FROM chunks WHERE nid IN ({ids})", [int(n) for n in nids])
+
     def touch_chunks(self, nids: Sequence[int], now: float) -> None:
         self.conn.executemany(
             "UPDATE chunks SET access_count = access_count + 1, importance = MIN(10.0, importance + 0.1), "
