@@ -148,8 +148,6 @@ CACHED_FILTERS = 32
 #: a ``FilterCache`` keeps the parsed metadata of at most this many distinct metadata texts; beyond,
 #: a filter not seen before parses the texts again (evaluation is slower, memory stays bounded)
 PARSED_MAX = 200_000
-#: a fill that misses more than this share of the scope reads every chunk's metadata in one scan
-_SCAN_SHARE = 4
 
 
 def _encode(o: Any) -> Any:
@@ -236,7 +234,7 @@ class FilterCache:
         unknown = scope & (self.code[:n] < 0)
         if unknown.any():
             ids = np.flatnonzero(unknown)
-            if self.stale_all or len(ids) * _SCAN_SHARE > n:
+            if self.stale_all:  # every chunk's text again (texts no chunk has any more are dropped)
                 self._fill(read(None), scan=True)
             else:
                 self._fill(read(ids.tolist()), scan=False)
@@ -265,7 +263,7 @@ class FilterCache:
 
     def _fill(self, rows: Iterable[tuple[int, str]], *, scan: bool) -> None:
         """Text indexes of the chunks in ``rows``; ``scan``: ``rows`` are every stored chunk."""
-        if scan and self.stale_all:  # every chunk's text again: start from those texts only
+        if scan:  # every chunk's text again: start from those texts only
             self._compact(rows)
             return
         index, texts, parsed = self.index, self.texts, self.parsed
