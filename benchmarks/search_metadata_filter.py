@@ -6,8 +6,8 @@ metadata ``{"tier": i % 5, "tags": [2 of 20 tags, + "rare" on 1%], "ts": ISO dat
 with the store's bulk insert and cached on disk between runs; no edges. Searches
 (``reinforce=False``: a pure read) in that scope with
 
-* (a) no filter, (b) ``{"tier": 2}`` (20%), (c) ``{"tier": {"$in": [1, 3]}, "ts": {"$gte": ...}}``
-  (~20%), (d) ``{"tags": {"$contains": "rare"}}`` (1%);
+* (a) no filter, (b) ``{"tier": 2}`` (20%), (c) ``{"tier": {"$in": [1, 3]}, "ts": {"$gte": the N/2-th chunk's}}``
+  (20%), (d) ``{"tags": {"$contains": "rare"}}`` (1%);
 
 query by query, the four in rotating order (load hits them alike), over ``--searches`` queries of
 3-5 words of a stored text; median wall ms of each, the ratio to (a), and:
@@ -45,20 +45,24 @@ from _common import REPO, RESULTS, export_revision, load_text, setup, write_repo
 setup()
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-FILTERS: dict[str, Any] = {
-    "none": None,
-    "eq": {"tier": 2},
-    "in+gte": {"tier": {"$in": [1, 3]}, "ts": {"$gte": "2025-07-01"}},
-    "1%": {"tags": {"$contains": "rare"}},
-}
-GEN = 1
-DAY0 = _dt.date(2024, 1, 1)
+GEN = 2
+T0 = _dt.datetime(2024, 1, 1)
+
+
+def ts(i: int) -> str:
+    return (T0 + _dt.timedelta(seconds=797 * i)).isoformat() + "Z"
+
+
+def filters(n: int) -> dict[str, Any]:
+    """The four searches' filters on a store of ``n`` chunks; (c): the later half's tiers 1 and 3 (20%)."""
+    return {"none": None, "eq": {"tier": 2}, "in+gte": {"tier": {"$in": [1, 3]}, "ts": {"$gte": ts(n // 2)}},
+            "1%": {"tags": {"$contains": "rare"}}}
 
 
 def metadata(i: int) -> dict[str, Any]:
+    """Chunk i's metadata; its ``ts`` (i x 797 s after T0: 1.7 years at 100k, 2 months at 10k) differs per chunk."""
     tags = [f"tag{i % 20}", f"tag{(i * 7 + 3) % 20}"] + (["rare"] if i % 100 == 0 else [])
-    return {"tier": i % 5, "tags": tags, "ts": (DAY0 + _dt.timedelta(days=(i * 37) % 1000)).isoformat()
-            + f"T{i % 24:02d}:{i % 60:02d}:00Z"}
+    return {"tier": i % 5, "tags": tags, "ts": ts(i)}
 
 
 def build(path: Path, n: int, model: bool) -> None:
@@ -89,6 +93,7 @@ def build(path: Path, n: int, model: bool) -> None:
         mem.reembed()
         mem.close()
     mem = Memory(path, embedder=None)
+    mem.search("w100x", user_id="u", reinforce=False)  # the index files in <db>.idx/, saved at close
     mem._store.set_meta("bench_meta_gen", tag)
     mem.close()
 
@@ -127,25 +132,28 @@ def child(tree: str, db: str, n: int, model: bool, searches: int) -> dict[str, A
         mem.search(q, user_id="u", reinforce=False)
     rss0 = rss_mb()
     out: dict[str, Any] = {"cold": {}}
-    for name, spec in FILTERS.items():
+    specs = filters(n)
+    for name, spec in specs.items():
         if spec is not None:
             t = time.perf_counter()
             mem.search(qs[0], user_id="u", metadata=spec, reinforce=False)
             out["cold"][name] = (time.perf_counter() - t) * 1000
-    lat: dict[str, list[float]] = {name: [] for name in FILTERS}
-    hits: dict[str, int] = {name: 0 for name in FILTERS}
-    names = list(FILTERS)
+    lat: dict[str, list[float]] = {name: [] for name in specs}
+    hits: dict[str, int] = {name: 0 for name in specs}
+    names = list(specs)
     for k, q in enumerate(qs[3:]):
         for j in range(len(names)):
             name = names[(k + j) % len(names)]
             t = time.perf_counter()
-            got = mem.search(q, user_id="u", metadata=FILTERS[name], reinforce=False)
+            got = mem.search(q, user_id="u", metadata=specs[name], reinforce=False)
             lat[name].append((time.perf_counter() - t) * 1000)
             hits[name] += len(got)
     out["median"] = {name: statistics.median(v) for name, v in lat.items()}
     out["hits"] = hits
     out["rss_before_filters"] = rss0
     out["rss_after_filters"] = rss_mb()
+    cache = getattr(mem._views, "meta_cache", None)
+    out["cache_mb"] = None if cache is None else cache_bytes(cache) / 2**20
     # one chunk's metadata changes (own write / another connection's), then a filtered search
     ids = [c.id for c in mem.get_all(user_id="u", limit=5)]
     own, other = [], []
@@ -153,11 +161,11 @@ def child(tree: str, db: str, n: int, model: bool, searches: int) -> dict[str, A
     for r in range(5):
         mem.update(ids[r], metadata={"tier": (r + 1) % 5})
         t = time.perf_counter()
-        mem.search(qs[3 + r], user_id="u", metadata=FILTERS["eq"], reinforce=False)
+        mem.search(qs[3 + r], user_id="u", metadata=specs["eq"], reinforce=False)
         own.append((time.perf_counter() - t) * 1000)
         second.update(ids[r], metadata={"tier": r % 5})
         t = time.perf_counter()
-        mem.search(qs[3 + r], user_id="u", metadata=FILTERS["eq"], reinforce=False)
+        mem.search(qs[3 + r], user_id="u", metadata=specs["eq"], reinforce=False)
         other.append((time.perf_counter() - t) * 1000)
     for r in range(5):  # back as built
         second.update(ids[r], metadata={"tier": metadata_tier(second, ids[r])})
@@ -166,6 +174,25 @@ def child(tree: str, db: str, n: int, model: bool, searches: int) -> dict[str, A
     out["after_other_write"] = statistics.median(other)
     mem.close()
     return out
+
+
+def deep_size(o: Any) -> int:
+    """Bytes of a parsed JSON value (sys.getsizeof of it and everything in it)."""
+    size = sys.getsizeof(o)
+    if isinstance(o, dict):
+        size += sum(deep_size(k) + deep_size(v) for k, v in o.items())
+    elif isinstance(o, list):
+        size += sum(deep_size(v) for v in o)
+    return size
+
+
+def cache_bytes(cache: Any) -> int:
+    """What a ``FilterCache`` holds: its arrays, texts, index and parsed values."""
+    size = cache.code.nbytes + sys.getsizeof(cache.texts) + sys.getsizeof(cache.index) + sys.getsizeof(cache.parsed)
+    size += sum(sys.getsizeof(t) for t in cache.texts) + sum(deep_size(p) for p in cache.parsed if p is not None)
+    for e in cache.filters.values():
+        size += e.hits.nbytes + (e.nids.nbytes if e.nids is not None else 0)
+    return size
 
 
 def metadata_tier(mem: Any, cid: str) -> int:
@@ -232,13 +259,16 @@ def main() -> None:
              f"start {load_text()}. {args.searches} searches per filter, median wall ms per search, "
              "reinforce=False, one scope (user_id='u') holding every chunk, every chunk's metadata text "
              "distinct. Filters: (a) none, (b) {\"tier\": 2} (20%), (c) {\"tier\": {\"$in\": [1, 3]}, "
-             "\"ts\": {\"$gte\": \"2025-07-01\"}}, (d) {\"tags\": {\"$contains\": \"rare\"}} (1%). cold: the first "
+             "\"ts\": {\"$gte\": ts of chunk N/2}} (20%), (d) {\"tags\": {\"$contains\": \"rare\"}} "
+             "(1%). cold: the first "
              "search with each filter; after own update / other write: a search with (b) right after one "
              "chunk's metadata changed by this Memory / by a second Memory on the file (another "
-             "connection's commit); RSS after the unfiltered and after the filtered searches.", "",
+             "connection's commit); RSS after the unfiltered and after the filtered searches; filter cache MB: "
+             "the sizes (sys.getsizeof) of what the cache holds after the run (texts, parsed values, arrays).", "",
              "| N | embedder | tree | (a) none | (b) eq | (c) $in+$gte | (d) 1% | (b)/(a) | (c)/(a) | (d)/(a) "
-             "| cold (b) / (c) / (d) | after own update | after other write | RSS MB before / after filters |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| cold (b) / (c) / (d) | after own update | after other write | RSS MB before / after filters "
+             "| filter cache MB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for n, model in configs:
         db = args.cache / f"meta-{label(n)}{'-model' if model else ''}.db"
         for name, tree in trees:
@@ -249,7 +279,8 @@ def main() -> None:
                 f"| {m['in+gte']:.2f} | {m['1%']:.2f} | {m['eq'] / m['none']:.2f} | {m['in+gte'] / m['none']:.2f} "
                 f"| {m['1%'] / m['none']:.2f} | {c['eq']:.0f} / {c['in+gte']:.0f} / {c['1%']:.0f} "
                 f"| {r['after_own_update']:.2f} | {r['after_other_write']:.2f} "
-                f"| {r['rss_before_filters']:.0f} / {r['rss_after_filters']:.0f} |")
+                f"| {r['rss_before_filters']:.0f} / {r['rss_after_filters']:.0f} "
+                f"| {'-' if r['cache_mb'] is None else format(r['cache_mb'], '.1f')} |")
             print(lines[-1], flush=True)
     lines += ["", f"Load average at the end: {load_text()}."]
     write_report(lines, args.out)
