@@ -74,6 +74,9 @@ _RELATION = {"type": "string", "enum": RELATIONS, "default": "caused",
 _POLARITY = {"type": "string", "enum": list(POLARITIES),
              "description": "Whether the outcome is good or bad: positive, negative, mixed or neutral "
                             "(guessed from the text when omitted)."}
+# link never guesses: an omitted polarity stays unknown on a new edge and unchanged on a repeated link
+_LINK_POLARITY = {**_POLARITY, "description": "Whether the outcome is good or bad: positive, negative, mixed or "
+                                              "neutral (when omitted: unknown on a new edge, kept on a repeated link)."}
 _CHUNK_ID = _s("Id of a memory (a chunk id, as returned by search, add_messages, get_all ...).", minLength=1)
 
 
@@ -454,7 +457,7 @@ def build_tools() -> list[ToolSpec]:
                  "confidence combined) and returns it: no second edge.",
                  {"src_chunk_id": _s("Id of the cause.", minLength=1), "dst_chunk_id": _s("Id of the effect.",
                                                                                         minLength=1),
-                  "relation": _RELATION, "confidence": _CONFIDENCE, "polarity": _POLARITY,
+                  "relation": _RELATION, "confidence": _CONFIDENCE, "polarity": _LINK_POLARITY,
                   "task_tag": _s("Groups edges of one task.", minLength=1)},
                  ("src_chunk_id", "dst_chunk_id"), edge_out, link, ids=("src_chunk_id", "dst_chunk_id")),
         ToolSpec("sleep", "Consolidate",

@@ -142,6 +142,11 @@ def test_every_tool_over_stdio(tmp_path):
     assert tools["search"].input_schema["properties"]["fusion"]["enum"] == ["auto", "blend", "rrf", "hybrid"]
     assert tools["search"].input_schema["properties"]["top_k"]["maximum"] == 1000
     assert tools["feedback"].input_schema["properties"]["reward"]["minimum"] == -1.0
+    # remember_decision guesses an omitted polarity from the outcome's words; link never does
+    assert "guessed" in rd["polarity"]["description"]
+    lp = tools["link"].input_schema["properties"]["polarity"]
+    assert lp["enum"] == rd["polarity"]["enum"] and "guessed" not in lp["description"]
+    assert out["link"]["polarity"] is None
 
     assert out["what_if"]["label"] == "DANGER"
     assert [a["text"] for a in out["forward"]] == ["production crash"]
