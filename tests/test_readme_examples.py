@@ -1,4 +1,5 @@
-"""Every ```python example of README.md runs and prints what the README says.
+"""Every ```python example of README.md runs and prints what the README says; so does every
+``$ causalmem ...`` session shown in a ```text block (ids aside: they are random per run).
 
 The blocks are read from README.md at test time and found by the heading they sit under plus their
 first line (never by line number). Each runnable example runs in a fresh ``sys.executable``
@@ -496,3 +497,57 @@ def test_parse_finds_outputs_and_headings():
     assert [(b.heading, b.lang, b.output) for b in got] == [
         ("A", "python", "1\n"), ("A", "text", None), ("B", "python", None), ("B", "text", None)]
     assert stated_comment(got[2].code, "x = 1") == (0, "1")
+
+
+# ----------------------------------------------------------------------------- command-line sessions
+#: a 32-hex-digit edge or chunk id: random per run, so the one thing a shown CLI session may differ in
+_ID = re.compile(r"\b[0-9a-f]{32}\b")
+
+
+def cli_sessions(blocks: list[Block]) -> list[Block]:
+    """The ```text blocks that show a ``$ causalmem ...`` session (commands and what they print)."""
+    return [b for b in blocks if b.lang == "text" and b.first.startswith("$ causalmem")]
+
+
+def run_cli_session(block: Block, cwd: Path) -> tuple[list[str], list[str]]:
+    """(shown, printed): each ``$ causalmem ...`` line of the block run in order in ``cwd``, each
+    command line kept in both lists so a difference points at its command; ids normalised."""
+    import shlex
+
+    shown: list[str] = []
+    got: list[str] = []
+    for ln in block.code.rstrip("\n").split("\n"):
+        if ln.startswith("$ "):
+            argv = shlex.split(ln[2:])
+            assert argv[0] == "causalmem", f"README.md line {block.line}: not a causalmem command: {ln!r}"
+            proc = subprocess.run([sys.executable, "-m", "causalmem", *argv[1:]], cwd=cwd, env=child_env(cwd),
+                                  capture_output=True, text=True, timeout=TIMEOUT)
+            assert proc.returncode == 0, f"{ln!r} failed (exit {proc.returncode}):\n{proc.stderr}"
+            shown.append(ln)
+            got.append(ln)
+            got += printed(_ID.sub("<id>", proc.stdout))
+        else:
+            shown.append(_ID.sub("<id>", ln.rstrip()))
+    return shown, got
+
+
+def test_cli_sessions_print_what_the_readme_shows(blocks, tmp_path):
+    """``$ causalmem demo`` and the ``record`` / ``what-if`` session print what the README shows
+    (ids aside)."""
+    sessions = cli_sessions(blocks)
+    assert {b.first.split()[2] for b in sessions} >= {"demo", "--db"}, "the README's CLI sessions moved"
+    for k, block in enumerate(sessions):
+        cwd = tmp_path / f"s{k}"
+        cwd.mkdir()
+        shown, got = run_cli_session(block, cwd)
+        assert got == shown, f"README.md line {block.line}: the session prints\n" + "\n".join(got) + \
+            "\nbut the README shows\n" + "\n".join(shown)
+
+
+def test_a_changed_cli_output_fails(blocks, tmp_path):
+    """The CLI comparison is not vacuous: the demo block with one energy changed fails it."""
+    demo = next(b for b in cli_sessions(blocks) if b.first.startswith("$ causalmem demo"))
+    assert "+0.4725  production crash" in demo.code
+    changed = Block(demo.heading, demo.lang, demo.line, demo.code.replace("+0.4725", "+0.4726", 1))
+    shown, got = run_cli_session(changed, tmp_path)
+    assert got != shown
