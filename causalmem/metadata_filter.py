@@ -13,6 +13,7 @@ field; ``$ne`` and ``$nin`` match a missing field. ``{"$and": [f, ...]}``, ``{"$
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections import OrderedDict
@@ -157,9 +158,21 @@ def _encode(o: Any) -> Any:
     raise TypeError(type(o).__name__)
 
 
+def _str_keys(o: Any) -> bool:
+    """Every dict inside ``o`` has string keys only (JSON writes a key ``1`` or ``True`` as a string)."""
+    if isinstance(o, Mapping):
+        return all(isinstance(k, str) and _str_keys(v) for k, v in o.items())
+    if isinstance(o, (list, tuple, set, frozenset)):
+        return all(_str_keys(v) for v in o)
+    return True
+
+
 def canonical(spec: Mapping[str, Any]) -> str | None:
     """A text equal for equal filters (keys sorted; ``True`` and ``1`` differ), or None when the
-    filter has no JSON form (then it is evaluated every time, not cached)."""
+    filter has no JSON form that tells it from every other filter (a value with a non-string dict
+    key: ``{1: "x"}`` and ``{"1": "x"}`` have one JSON text) — then it is evaluated every time."""
+    if not _str_keys(spec):
+        return None
     try:
         return json.dumps(spec, sort_keys=True, default=_encode)
     except (TypeError, ValueError):
@@ -242,7 +255,8 @@ class FilterCache:
         key = canonical(spec)
         entry = self.filters.get(key) if key is not None else None
         if entry is None:
-            entry = _Entry(spec)
+            # a cached entry keeps its own copy: the caller may change its filter object after this call
+            entry = _Entry(copy.deepcopy(spec) if key is not None else spec)
             if key is not None:
                 self.filters[key] = entry
                 while len(self.filters) > CACHED_FILTERS:

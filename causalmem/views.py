@@ -969,7 +969,11 @@ class Views:
                 self.vectors.seq = None  # patched from another process's changes: no exact state known
             changes = getattr(self.store, "foreign_changes", None)  # a backend with a change log
             delta = changes() if changes is not None else None
-            if delta is not None:
+            if delta is None and changes is not None:
+                # the change log no longer reaches back (another host far ahead): a purge there cannot be
+                # ruled out, and the full re-read below (forget_all) would keep its metadata texts here
+                self.meta_cache.clear()
+            elif delta is not None:
                 if "cd" in delta:  # chunk rows deleted for good (a purge elsewhere)
                     self.meta_cache.clear()
                 else:

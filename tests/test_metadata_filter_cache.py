@@ -52,6 +52,19 @@ def test_update_metadata_is_in_the_next_filtered_search(db_path):
         assert _search(mem, {"n": {"$gte": 100}}) == {ids[1]} == _listed(mem, {"n": {"$gte": 100}})
 
 
+def test_a_filter_object_changed_after_a_search_does_not_change_the_cached_answer(db_path):
+    """The cache keys an entry by the filter's text at the time of the search; the entry must not keep
+    the caller's (mutable) objects, or chunks read later are judged by the changed filter."""
+    with Memory(db_path, embedder=None) as mem:
+        one = mem.add("alpha one", user_id="u", metadata={"tier": 1})[0].id
+        spec = {"tier": {"$in": [1]}}
+        assert _search(mem, spec) == {one}
+        spec["tier"]["$in"].append(2)  # the caller reuses its filter object
+        two = mem.add("alpha two", user_id="u", metadata={"tier": 2})[0].id
+        assert _search(mem, spec) == {one, two}
+        assert _search(mem, {"tier": {"$in": [1]}}) == {one} == _listed(mem, {"tier": {"$in": [1]}})
+
+
 def test_add_and_delete_are_in_the_next_filtered_search(db_path):
     with Memory(db_path, embedder=None) as mem:
         ids = _store(mem)
@@ -111,6 +124,31 @@ def test_another_process_purge_drops_the_cached_metadata(db_path):
         assert not any("123-45-6789" in t for t in mem._views.meta_cache.texts)
         assert _search(mem, {"ssn": {"$exists": True}}, user=None) == {kept}
         assert not any("123-45-6789" in t for t in mem._views.meta_cache.texts)
+
+
+def test_purge_by_another_host_behind_the_change_log_drops_the_cached_metadata(db_path, monkeypatch):
+    """PostgreSQL: another host purges and writes on until the change log no longer reaches back to this
+    one's position (LOG_KEEP transactions); this one then re-reads everything. The purged metadata must
+    not stay in its filter cache (the sidecar purge token is local to a host: it tells nothing here)."""
+    import os
+
+    import pytest
+
+    if os.environ.get("CAUSALMEM_TEST_BACKEND", "sqlite") != "postgres":
+        pytest.skip("PostgreSQL's change log (the suite's PostgreSQL pass)")
+    from causalmem.store import postgres
+
+    monkeypatch.setattr(postgres, "LOG_KEEP", 8)  # the log keeps 8 transactions instead of 4096
+    with Memory(db_path, embedder=None) as one, Memory(db_path, embedder=None) as two:
+        one.add("alpha secret", user_id="gone", metadata={"ssn": "123-45-6789"})
+        kept = one.add("alpha kept", user_id="u", metadata={"ssn": "000"})[0].id
+        assert len(_search(one, {"ssn": {"$exists": True}}, user=None)) == 2
+        two.delete_all(user_id="gone", purge=True)
+        for i in range(300):  # the log is pruned every 256 transactions
+            two.add_fact("k", f"v{i}", user_id="u")
+        one.search("alpha", reinforce=False)  # any read: one catches up by a full re-read
+        assert not any("123-45-6789" in t for t in one._views.meta_cache.texts)
+        assert _search(one, {"ssn": {"$exists": True}}, user=None) == {kept}
 
 
 def test_random_changes_match_an_uncached_evaluation(db_path):
@@ -177,3 +215,12 @@ def test_filters_that_differ_are_cached_apart():
         assert cache.mask({"a": {"$in": [1]}}, scope, read).tolist() == [True, False, False, True]
         assert cache.mask({"a": {"$in": [True]}}, scope, read).tolist() == [False, True, False, False]
     assert metadata_filter.canonical({"b": 2, "a": 1}) == metadata_filter.canonical({"a": 1, "b": 2})
+
+
+def test_a_non_string_key_inside_a_value_is_another_filter(db_path):
+    """``{"m": {1: "x"}}`` and ``{"m": {"1": "x"}}`` have one JSON text but match differently (stored
+    metadata has string keys only): neither answers from the other's cache entry."""
+    with Memory(db_path, embedder=None) as mem:
+        cid = mem.add("alpha note", user_id="u", metadata={"m": {"1": "x"}})[0].id
+        assert _listed(mem, {"m": {1: "x"}}) == set() == _search(mem, {"m": {1: "x"}})
+        assert _listed(mem, {"m": {"1": "x"}}) == {cid} == _search(mem, {"m": {"1": "x"}})
