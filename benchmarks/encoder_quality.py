@@ -110,35 +110,11 @@ class Recorded:
 
 
 class SessionVariant(oe.OnnxEmbedder):
-    """The shipped OnnxEmbedder with its own onnxruntime session (other disabled fusions)."""
+    """The shipped OnnxEmbedder with other disabled fusions (its own onnxruntime session, same options)."""
 
     def __init__(self, *args: Any, disabled: Sequence[str] = (), **kw: Any) -> None:
         super().__init__(*args, **kw)
-        self._disabled = list(disabled)
-
-    def _ready(self) -> None:
-        if self._sess is not None:
-            return
-        with self._init_lock:
-            if self._sess is not None:
-                return
-            import onnxruntime as ort
-            from tokenizers import Tokenizer
-
-            tok = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
-            tok.enable_truncation(max_length=self.max_seq_length)
-            tok.no_padding()
-            self._tok = tok
-            so = ort.SessionOptions()  # the options of onnx_embedder._session, fusions aside
-            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            so.intra_op_num_threads = 1
-            so.inter_op_num_threads = 1
-            so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            so.add_session_config_entry("session.inter_op.allow_spinning", "0")
-            sess = ort.InferenceSession(str(self.graph_path), sess_options=so, providers=["CPUExecutionProvider"],
-                                        disabled_optimizers=self._disabled)
-            self._sess = self._sess_one = sess
+        self.disabled_fusions = tuple(disabled)
 
 
 def make_encoder(name: str) -> Any:

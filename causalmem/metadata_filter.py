@@ -281,31 +281,38 @@ class FilterCache:
         if scan:  # every chunk's text again: start from those texts only
             self._compact(rows)
             return
+        self._intern(rows)
+        if len(self.texts) > 2 * len(self.code) + 1024:  # texts no chunk has any more outnumber the chunks
+            self._compact(None)
+
+    def _intern(self, rows: Iterable[tuple[int, str]], old_index: Mapping[str, int] | None = None,
+                old_parsed: Sequence[Any] = ()) -> list[int]:
+        """Set the text index of each chunk of ``rows``, adding the texts not known yet; a text that
+        ``old_index`` holds takes its parsed value from ``old_parsed``. Returns, per text added, its
+        index in ``old_index`` (-1: not there)."""
         index, texts, parsed = self.index, self.texts, self.parsed
         nids: list[int] = []
         codes: list[int] = []
+        moved: list[int] = []
         for nid, text in rows:
             text = text or "{}"
             i = index.get(text)
             if i is None:
                 i = index[text] = len(texts)
                 texts.append(text)
-                parsed.append(None)
+                o = old_index.get(text, -1) if old_index is not None else -1
+                moved.append(o)
+                parsed.append(old_parsed[o] if o >= 0 else None)
             nids.append(nid)
             codes.append(i)
-        self._set_codes(nids, codes)
-        if len(texts) > 2 * len(self.code) + 1024:  # texts no chunk has any more outnumber the chunks
-            self._compact(None)
-
-    def _set_codes(self, nids: list[int], codes: list[int]) -> None:
-        if not nids:
-            return
-        ids = np.asarray(nids, dtype=np.int64)
-        top = int(ids.max()) + 1
-        if top > len(self.code):
-            self._grow(top)
-        self.code[ids] = np.asarray(codes, dtype=np.int32)
-        self.version += 1
+        if nids:
+            ids = np.asarray(nids, dtype=np.int64)
+            top = int(ids.max()) + 1
+            if top > len(self.code):
+                self._grow(top)
+            self.code[ids] = np.asarray(codes, dtype=np.int32)
+            self.version += 1
+        return moved
 
     def _compact(self, rows: Iterable[tuple[int, str]] | None) -> None:
         """Keep only the texts chunks have: those of ``rows`` (every chunk, read again; the other codes
@@ -322,22 +329,8 @@ class FilterCache:
         self.texts, self.index, self.parsed = [], {}, []
         self.code[:] = -1
         self.stale_all = False
-        index, texts, parsed = self.index, self.texts, self.parsed
-        nids: list[int] = []
-        codes: list[int] = []
-        moved: list[int] = []  # new index -> old index (-1: a text not seen before)
-        for nid, text in pairs:
-            text = text or "{}"
-            i = index.get(text)
-            if i is None:
-                i = index[text] = len(texts)
-                texts.append(text)
-                o = old_index.get(text, -1)
-                moved.append(o)
-                parsed.append(old_parsed[o] if o >= 0 else None)
-            nids.append(nid)
-            codes.append(i)
-        self._set_codes(nids, codes)
+        moved = self._intern(pairs, old_index, old_parsed)  # new index -> old index (-1: a text not seen before)
+        texts = self.texts
         self.version += 1
         src = np.asarray(moved, dtype=np.int64)
         for entry in self.filters.values():

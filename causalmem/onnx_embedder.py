@@ -327,7 +327,7 @@ class QueryVectorCache:
         return vec
 
 
-_SESSION_CACHE: dict[str, Any] = {}
+_SESSION_CACHE: dict[tuple[str, tuple[str, ...]], Any] = {}
 _SESSION_LOCK = threading.Lock()
 #: graph fusions left out of the session: onnxruntime's CPU SkipLayerNormalization kernel costs more than the
 #: Add + LayerNormalization it replaces on this model (CPU per text 1.31 vs 1.65 ms, int8, batches of 64,
@@ -336,7 +336,7 @@ _SESSION_LOCK = threading.Lock()
 DISABLED_FUSIONS = ("SkipLayerNormFusion",)
 
 
-def _session(path: Path) -> Any:
+def _session(path: Path, disabled: Sequence[str] = DISABLED_FUSIONS) -> Any:
     """One InferenceSession per graph file per process, single-threaded without a spinning pool.
 
     Batches are parallel across sub-batches instead (``OnnxEmbedder.threads`` concurrent ``run`` calls on
@@ -344,7 +344,7 @@ def _session(path: Path) -> Any:
     between operators burned 3.0-3.3 ms of CPU per text where one thread needs 1.3-1.7 ms, and every
     operator waited for the slower of its threads, so on a shared machine the batch encode fell to 107-150
     texts/s (load 6-11) where the same texts ran at 178-358 texts/s this way."""
-    key = str(path)
+    key = (str(path), tuple(disabled))
     with _SESSION_LOCK:
         sess = _SESSION_CACHE.get(key)
         if sess is None:
@@ -358,7 +358,7 @@ def _session(path: Path) -> Any:
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
             so.add_session_config_entry("session.inter_op.allow_spinning", "0")
             sess = ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"],
-                                        disabled_optimizers=list(DISABLED_FUSIONS))
+                                        disabled_optimizers=list(disabled))
             _SESSION_CACHE[key] = sess
         return sess
 
@@ -425,6 +425,9 @@ class OnnxEmbedder:
     sub-batch's activations together), never on the thread count or on which thread ran it.
     """
 
+    #: graph fusions its session leaves out (a benchmark's variant may change them)
+    disabled_fusions: tuple[str, ...] = DISABLED_FUSIONS
+
     def __init__(
         self,
         model: str | os.PathLike[str] = "all-MiniLM-L6-v2",
@@ -488,7 +491,7 @@ class OnnxEmbedder:
             tok.enable_truncation(max_length=self.max_seq_length)
             tok.no_padding()
             self._tok = tok
-            sess = _session(self.graph_path)
+            sess = _session(self.graph_path, self.disabled_fusions)
             self._sess_one = sess  # single-threaded already: a 10-30 token query gains nothing from more
             self._sess = sess
 

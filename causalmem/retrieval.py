@@ -667,10 +667,10 @@ MAX_LIST = 2 ** 62
 
 
 def list_chunks(store: StoreBackend, filters: Mapping[str, Any], metadata: Mapping[str, Any] | None,
-                limit: Any, views: Views | None = None) -> list[Chunk]:
+                limit: Any, views: Views) -> list[Chunk]:
     """Live chunks whose columns equal ``filters`` (keys ``LIST_FILTERS``) and whose metadata matches the
-    ``metadata`` filter (``None``: any), oldest first, at most ``limit``. With ``views`` (those of
-    ``store``) the metadata filter is answered from their filter cache, as a search's is."""
+    ``metadata`` filter (``None``: any), oldest first, at most ``limit``; the metadata filter is answered
+    from the filter cache of ``views`` (those of ``store``), as a search's is."""
     bad = set(filters) - set(LIST_FILTERS)
     if bad:
         raise ValueError(f"unknown filter keys {sorted(bad)}; allowed: {sorted(LIST_FILTERS)}")
@@ -689,18 +689,13 @@ def list_chunks(store: StoreBackend, filters: Mapping[str, Any], metadata: Mappi
         nids = store.chunk_nids(filters=filters, limit=limit)
     else:
         spec = metadata_filter.validate(metadata)
-        if views is None:
+        with views.lock:
+            views.sync_external()  # another connection's commit first (the cache forgets what it changed)
             nids = store.chunk_nids(filters=filters)
-            meta = store.chunk_metadata(nids)
-            nids = [n for n in nids if metadata_filter.matches(meta.get(n), spec)][:limit]
-        else:
-            with views.lock:
-                views.sync_external()  # another connection's commit first (the cache forgets what it changed)
-                nids = store.chunk_nids(filters=filters)
-                scope = np.zeros(max(nids, default=-1) + 1, dtype=bool)
-                scope[nids] = True
-                keep = views.meta_cache.mask(spec, scope, store.chunk_metadata_json)
-            nids = [n for n in nids if keep[n]][:limit]
+            scope = np.zeros(max(nids, default=-1) + 1, dtype=bool)
+            scope[nids] = True
+            keep = views.meta_cache.mask(spec, scope, store.chunk_metadata_json)
+        nids = [n for n in nids if keep[n]][:limit]
     rows = store.chunk_rows_by_nid(nids)
     return [rows[n].to_chunk() for n in nids if n in rows]
 

@@ -810,6 +810,19 @@ def test_bad_arguments(store):
     assert isinstance(store, BaseStore)
 
 
+def _chain(state: Any, *nodes: Any) -> Any:
+    """A StateGraph builder running ``nodes`` (named by their functions) one after the other."""
+    from langgraph.graph import END, START, StateGraph
+
+    builder = StateGraph(state)
+    names = [node.__name__ for node in nodes]
+    for node in nodes:
+        builder.add_node(node.__name__, node)
+    for a, b in zip([START, *names], [*names, END]):
+        builder.add_edge(a, b)
+    return builder
+
+
 def test_state_graph_two_threads_share_long_term_memory(tmp_path):
     """A real StateGraph compiled with store=CausalMemStore(...): thread 1 writes a memory from a node,
     thread 2 (a different conversation, its own checkpoint) reads it back in another node. No LLM."""
@@ -817,7 +830,6 @@ def test_state_graph_two_threads_share_long_term_memory(tmp_path):
 
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.config import get_store
-    from langgraph.graph import END, START, StateGraph
 
     class State(TypedDict, total=False):
         user: str
@@ -838,12 +850,7 @@ def test_state_graph_two_threads_share_long_term_memory(tmp_path):
         hits = store.search((state["user"], "memories"), query=state["message"], limit=3)
         return {"recalled": [h.value["text"] for h in hits]}
 
-    builder = StateGraph(State)
-    builder.add_node("remember", remember)
-    builder.add_node("recall", recall)
-    builder.add_edge(START, "remember")
-    builder.add_edge("remember", "recall")
-    builder.add_edge("recall", END)
+    builder = _chain(State, remember, recall)
 
     with CausalMemStore(tmp_path / "graph.db") as store:
         graph = builder.compile(checkpointer=InMemorySaver(), store=store)
@@ -916,7 +923,6 @@ def test_afeedback_from_a_state_graph_node(tmp_path):
     from typing import TypedDict
 
     from langgraph.config import get_store
-    from langgraph.graph import END, START, StateGraph
 
     class State(TypedDict, total=False):
         question: str
@@ -932,12 +938,7 @@ def test_afeedback_from_a_state_graph_node(tmp_path):
             await get_store().afeedback(("alice", "memories"), state["recalled"][state["picked"]], 1.0)
         return {}
 
-    builder = StateGraph(State)
-    builder.add_node("recall", recall)
-    builder.add_node("learn", learn)
-    builder.add_edge(START, "recall")
-    builder.add_edge("recall", "learn")
-    builder.add_edge("learn", END)
+    builder = _chain(State, recall, learn)
 
     async def main(store: CausalMemStore) -> tuple[list[str], list[str]]:
         graph = builder.compile(store=store)

@@ -410,9 +410,6 @@ class StoreBackend(Protocol):
     def set_chunk_deleted(self, nid: int, now: float) -> None:
         """Soft-delete: the chunk, its valid edges, its facts; co-occurrence pairs dropped; history event."""
 
-    def chunk_metadata(self, nids: Sequence[int]) -> dict[int, dict[str, Any]]:
-        """Parsed ``metadata`` of the given chunks (missing nids are left out)."""
-
     def chunk_metadata_json(self, nids: Sequence[int] | None) -> list[tuple[int, str]]:
         """``(nid, metadata JSON text)`` of the given chunks (missing nids are left out), of every
         stored chunk (live or deleted) for ``None``; unparsed (``metadata_filter.FilterCache``)."""

@@ -1721,15 +1721,6 @@ class PostgresStore(SharedStore):
         self._staged.extend(values)  # the row cache takes them at commit
         return [ChunkKey(base + 1 + i, ids[i]) for i in range(len(rows))]
 
-    def chunk_metadata(self, nids: Sequence[int]) -> dict[int, dict[str, Any]]:
-        with self._lock:
-            cache = self._cached()
-            if cache is not None:
-                got = self._rows_from(cache, sorted({int(x) for x in nids}))
-                return {n: json.loads(m) if (m := _full(r)[12]) else {} for n, r in got.items()}
-        rows = self.query("SELECT nid, metadata FROM chunks WHERE nid = ANY(%s)", ([int(n) for n in nids],))
-        return {r[0]: json.loads(r[1]) if r[1] else {} for r in rows}
-
     def chunk_metadata_json(self, nids: Sequence[int] | None) -> list[tuple[int, str]]:
         if nids is not None:
             with self._lock:

@@ -757,10 +757,6 @@ class SQLiteStore(SharedStore):
             f"{''.join(', ' + c for c in names)}) VALUES ({', '.join('?' * (7 + len(names)))})", zip(*cols))
         return list(map(_new_chunk_key, zip(range(base + 1, base + 1 + n), ids)))
 
-    def chunk_metadata(self, nids: Sequence[int]) -> dict[int, dict[str, Any]]:
-        rows = self._select_in("SELECT nid, metadata FROM chunks WHERE nid IN ({ids})", [int(n) for n in nids])
-        return {r[0]: json.loads(r[1]) if r[1] else {} for r in rows}
-
     def chunk_metadata_json(self, nids: Sequence[int] | None) -> list[tuple[int, str]]:
         if nids is None:
             return self.query("SELECT nid, metadata FROM chunks")
