@@ -123,8 +123,8 @@ def cmd_embed(args, out) -> int:
 
     with Memory(args.db or default_db(), embedder=args.embedder) as mem:
         if mem.embedder is None:
-            print("causalmem: error: no embedder installed (pip install 'causalmem[onnx]' or '[semantic]')",
-                  file=sys.stderr)
+            print("causalmem: error: no embedder installed "
+                  "(pip install 'causalmem-engine[onnx]' or 'causalmem-engine[semantic]')", file=sys.stderr)
             return 2
         width = 30
 
@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("file", help="a file written by 'causalmem export'")
     im.set_defaults(func=cmd_import)
     m = sub.add_parser("mcp", help="serve the memory to MCP clients over stdio or streamable HTTP "
-                                   "(needs causalmem[mcp])")
+                                   "(needs causalmem-engine[mcp])")
     m.add_argument("--no-semantic", action="store_true", help="do not load the embedder (lexical + graph only)")
     m.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     m.add_argument("--host", default="127.0.0.1", help="HTTP: loopback address to bind")

@@ -8,7 +8,7 @@ An interface layer like ``cli.py``: each tool checks its arguments against the s
 (descriptions, enums, ranges; unknown arguments are refused by name), calls one ``Memory`` method on
 ``AsyncMemory``'s bounded pool and returns plain JSON that matches the tool's output schema. Errors
 come back as tool errors in plain words. A request the SDK cannot parse still gets a JSON-RPC error
-reply (stdio) instead of silence. The MCP SDK (``pip install 'causalmem[mcp]'``, mcp >= 2) is
+reply (stdio) instead of silence. The MCP SDK (``pip install 'causalmem-engine[mcp]'``, mcp >= 2) is
 imported only when a server is built, so ``import causalmem`` never needs it.
 """
 from __future__ import annotations
@@ -763,7 +763,7 @@ def serve(db: str | None = None, *, semantic: bool = True, transport: str = "std
         import mcp.server.lowlevel  # noqa: F401
     except ImportError as exc:
         print(f"causalmem-mcp: error: the MCP server needs the MCP Python SDK >= 2 "
-              f"(pip install 'causalmem[mcp]'): {exc}", file=sys.stderr)
+              f"(pip install 'causalmem-engine[mcp]'): {exc}", file=sys.stderr)
         return 2
     if transport not in ("stdio", "http"):
         print(f"causalmem-mcp: error: transport must be 'stdio' or 'http', got {transport!r}", file=sys.stderr)

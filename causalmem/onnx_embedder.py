@@ -157,7 +157,7 @@ def _export_raw(model_dir: Path, out: Path) -> None:
         from transformers import AutoModel  # type: ignore[import-not-found]
     except ImportError as exc:
         raise ImportError(
-            "exporting the ONNX graph needs torch and transformers once (pip install 'causalmem[onnx]'); "
+            "exporting the ONNX graph needs torch and transformers once (pip install 'causalmem-engine[onnx]'); "
             "the exported graph is cached and later runs need only onnxruntime"
         ) from exc
 
@@ -439,7 +439,7 @@ class OnnxEmbedder:
     ) -> None:
         if not onnx_available():
             raise ImportError(
-                "OnnxEmbedder needs onnxruntime and tokenizers: pip install 'causalmem[onnx]'"
+                "OnnxEmbedder needs onnxruntime and tokenizers: pip install 'causalmem-engine[onnx]'"
             )
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")

@@ -162,7 +162,7 @@ def _load_model(target: str, device: str, local: bool) -> Any:
         except ImportError as exc:
             raise ImportError(
                 "the semantic channel needs sentence-transformers: "
-                "pip install 'causalmem[semantic]' (or pass embedder=None to turn it off)"
+                "pip install 'causalmem-engine[semantic]' (or pass embedder=None to turn it off)"
             ) from exc
         logger.info("loading sentence-transformers model %s on %s", target, device)
         with _quiet_loading():
@@ -191,7 +191,7 @@ class SentenceTransformerEmbedder:
         if not _sentence_transformers_available():
             raise ImportError(
                 "SentenceTransformerEmbedder needs sentence-transformers: "
-                "pip install 'causalmem[semantic]' (or pass embedder=None to turn the semantic channel off)"
+                "pip install 'causalmem-engine[semantic]' (or pass embedder=None to turn the semantic channel off)"
             )
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")

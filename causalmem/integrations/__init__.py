@@ -1,10 +1,10 @@
 """Drop-in causalmem backends for agent frameworks (each an optional extra).
 
-* ``causalmem.integrations.langgraph.CausalMemStore`` — a LangGraph ``BaseStore`` (``causalmem[langgraph]``)
-* ``causalmem.integrations.mem0.Memory`` / ``AsyncMemory`` — mem0's API on causalmem (``causalmem[mem0]``,
+* ``causalmem.integrations.langgraph.CausalMemStore`` — a LangGraph ``BaseStore`` (``causalmem-engine[langgraph]``)
+* ``causalmem.integrations.mem0.Memory`` / ``AsyncMemory`` — mem0's API on causalmem (``causalmem-engine[mem0]``,
   no mem0 package needed)
 * ``causalmem.integrations.autogen.CausalMemory`` — an AutoGen ``autogen_core.memory.Memory``
-  (``causalmem[autogen]``)
+  (``causalmem-engine[autogen]``)
 * ``causalmem.integrations.crewai.CausalMemStorage`` — a CrewAI memory ``StorageBackend`` (needs ``crewai``)
 
 Each also takes the caller's word on what helped, in its framework's terms: ``feedback`` (a reward in

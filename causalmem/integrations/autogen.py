@@ -8,7 +8,7 @@
 
 Before each model call the agent calls ``update_context``: the last message of the model context
 is the query of a causalmem hybrid search (lexical + semantic + graph) in the memory's scope, and
-the hits are added to the context as one system message. Needs ``pip install 'causalmem[autogen]'``.
+the hits are added to the context as one system message. Needs ``pip install 'causalmem-engine[autogen]'``.
 
 Learning from the caller: ``await memory.feedback(content, reward)`` says a ``MemoryContent`` of a query
 result (or of the agent's ``MemoryQueryEvent``) helped (reward > 0) or hurt (< 0), in [-1, 1]: the next

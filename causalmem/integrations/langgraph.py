@@ -24,7 +24,7 @@ Items live in the causalmem scope ``agent_id="langgraph"`` (``CausalMemStore(age
 plain ``Memory.search`` calls can include or leave them out. The key index is held in process and
 loaded from the database when the store opens: use one store object per database per process (two
 processes writing the same file through two stores do not see each other's new keys until reopened).
-Needs ``pip install 'causalmem[langgraph]'``.
+Needs ``pip install 'causalmem-engine[langgraph]'``.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Selected by a DSN: ``Memory("postgresql://user@host:5432/db")``. An optional ``schema=NAME``
 query parameter (``postgresql://.../db?schema=team_a``) keeps several memories in one database,
 as several SQLite files would be; the default schema is ``causalmem``. psycopg 3 (``pip install
-"causalmem[postgres]"``); PostgreSQL 15 or newer.
+"causalmem-engine[postgres]"``); PostgreSQL 15 or newer.
 
 Same guarantees as the SQLite backend:
 
@@ -57,7 +57,7 @@ from .base import (
     is_dsn, new_id, new_ids, text_hash,
 )
 
-try:  # optional dependency: causalmem[postgres]
+try:  # optional dependency: causalmem-engine[postgres]
     import psycopg
     from psycopg import errors as pg_errors
     from psycopg import sql as pg_sql
@@ -674,7 +674,7 @@ class PostgresStore(SharedStore):
     def __init__(self, dsn: str, *, busy_timeout_ms: int = 30000, read_only: bool = False,
                  schema: str | None = None, connect_timeout_s: float = 10.0):
         if psycopg is None:
-            raise StoreError('the PostgreSQL backend needs psycopg 3: pip install "causalmem[postgres]"')
+            raise StoreError('the PostgreSQL backend needs psycopg 3: pip install "causalmem-engine[postgres]"')
         if not is_dsn(dsn):
             raise ValueError(f"dsn must be a postgresql:// URL, got {dsn!r}")
         conninfo, dsn_schema = split_dsn(dsn)

@@ -26,7 +26,7 @@ def to_networkx(sg: SubGraph):
     try:
         import networkx as nx
     except ImportError as exc:  # pragma: no cover - networkx is in the [viz] extra
-        raise ImportError("to_networkx needs networkx: pip install 'causalmem[viz]'") from exc
+        raise ImportError("to_networkx needs networkx: pip install 'causalmem-engine[viz]'") from exc
     g = nx.MultiDiGraph(query=sg.query, direction=sg.direction, label=sg.label, mode=sg.mode, seeds=list(sg.seeds))
     for n in sg.nodes:
         attrs = asdict(n)
