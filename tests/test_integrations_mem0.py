@@ -318,3 +318,107 @@ async def _async_confirm(m: Memory, ids: list[str]) -> dict:
         return await am.confirm(ids)
     finally:
         await am.aclose()
+
+
+# ---------------------------------------------------------------------------- mem0 2.x behaviour, side by side
+# What mem0 2.x (mem0ai 2.2.1, ``mem0/memory/main.py``) does, as its docstrings and code say:
+# * ``search(threshold=0.1)``: results scoring under 0.1 are dropped by default;
+# * identity keys (user_id / agent_id / run_id / actor_id) inside ``add(metadata=...)`` are dropped
+#   (scope comes from the id arguments only);
+# * ``search`` / ``get_all`` whose filters hold no user_id, agent_id or run_id raise ValueError
+#   "filters must contain at least one of: user_id, agent_id, run_id. ...";
+# * a metadata-only ``update`` still writes an UPDATE history row (old text == new text);
+# * ``get`` returns a MemoryItem dump: ``score`` is present and None;
+# * ``top_k`` must be a non-negative integer; 0 returns no results;
+# * ``rerank=True`` without a configured reranker is ignored.
+FOOD_FACTS = ("I love eating sushi and ramen", "I'm allergic to peanuts", "My favourite dessert is chocolate cake",
+              "I work as a software engineer in Berlin", "I play tennis every Sunday")
+
+
+@pytest.fixture(scope="module")
+def food(tmp_path_factory):
+    mem = Memory(str(tmp_path_factory.mktemp("food") / "food.db"))  # the packaged model: mem0 is semantic
+    for fact in FOOD_FACTS:
+        mem.add(fact, user_id="alex")
+    yield mem
+    mem.close()
+
+
+def test_default_threshold_is_mem0s_on_a_relevant_and_an_unrelated_query(food):
+    everything = food.search("food", filters={"user_id": "alex"}, threshold=0.0)["results"]
+    assert len(everything) == 5  # every fact is in scope; the default threshold decides what is shown
+    default = [r["memory"] for r in food.search("food", filters={"user_id": "alex"})["results"]]
+    assert set(default) == {"I love eating sushi and ramen", "I'm allergic to peanuts",
+                            "My favourite dessert is chocolate cake"}
+    assert all(r["score"] >= 0.1 for r in food.search("food", filters={"user_id": "alex"})["results"])
+    assert food.search("quantum chromodynamics lattice", filters={"user_id": "alex"})["results"] == []
+    assert food.search("quantum chromodynamics lattice", filters={"user_id": "alex"},
+                       threshold=None)["results"] == []  # None is mem0's default too
+
+
+def test_identity_keys_inside_add_metadata_are_dropped_and_scope_holds(m, caplog):
+    with caplog.at_level("WARNING", logger="causalmem"):
+        mid = m.add("prefers window seats", user_id="alex",
+                    metadata={"user_id": "sam", "agent_id": "a1", "run_id": "r1", "actor_id": "x",
+                              "category": "travel"})["results"][0]["id"]
+    assert "user_id" in caplog.text  # the caller is told the key was ignored, as mem0 logs it
+    got = m.get(mid)
+    assert got["metadata"] == {"category": "travel"}
+    assert got["user_id"] == "alex" and "agent_id" not in got and "run_id" not in got
+    assert [r["id"] for r in m.get_all(user_id="alex")["results"]] == [mid]
+    assert m.get_all(user_id="sam")["results"] == [] and m.get_all(agent_id="a1")["results"] == []
+    hit = m.search("window seats", filters={"user_id": "alex"})["results"][0]
+    assert hit["metadata"] == {"category": "travel"}
+    m.update(mid, metadata={"user_id": "sam", "seat": "aisle"})  # immutable after creation, as in mem0
+    assert m.get(mid)["metadata"] == {"category": "travel", "seat": "aisle"} and m.get(mid)["user_id"] == "alex"
+
+
+def test_search_and_get_all_without_any_id_are_refused_as_mem0_does(m):
+    m.add("alex's secret", user_id="alex")
+    m.add("sam's secret", user_id="sam")
+    msg = "filters must contain at least one of: user_id, agent_id, run_id"
+    with pytest.raises(ValueError, match=msg):
+        m.search("secret")
+    with pytest.raises(ValueError, match=msg):
+        m.search("secret", filters={"category": "x"})
+    with pytest.raises(ValueError, match=msg):
+        m.get_all()
+    with pytest.raises(ValueError, match=msg):
+        m.get_all(filters={"category": "x"})
+    assert [r["memory"] for r in m.search("secret", filters={"user_id": "sam"})["results"]] == ["sam's secret"]
+
+    async def main():
+        am = AsyncMemory(memory=m.memory)
+        try:
+            with pytest.raises(ValueError, match=msg):
+                await am.search("secret")
+            with pytest.raises(ValueError, match=msg):
+                await am.get_all()
+        finally:
+            await am.aclose()
+
+    asyncio.run(main())
+
+
+def test_metadata_only_update_writes_a_history_entry(m):
+    mid = m.add("prefers dark mode", user_id="u", metadata={"category": "ui"})["results"][0]["id"]
+    m.update(mid, metadata={"category": "preferences"})
+    hist = m.history(mid)
+    assert [h["event"] for h in hist] == ["ADD", "UPDATE"]
+    assert hist[1]["old_memory"] == hist[1]["new_memory"] == "prefers dark mode"
+    got = m.get(mid)
+    assert got["memory"] == "prefers dark mode" and got["metadata"] == {"category": "preferences"}
+    assert got["updated_at"] >= got["created_at"]
+
+
+def test_get_keys_top_k_zero_and_rerank_without_a_reranker(m):
+    mid = m.add("the staging database runs postgres 16", user_id="u")["results"][0]["id"]
+    got = m.get(mid)
+    assert set(got) == {"id", "memory", "hash", "metadata", "score", "created_at", "updated_at", "user_id", "role"}
+    assert got["score"] is None and got["metadata"] is None
+    assert m.search("postgres", filters={"user_id": "u"}, top_k=0) == {"results": []}
+    assert m.get_all(filters={"user_id": "u"}, top_k=0) == {"results": []}
+    with pytest.raises(ValueError, match="top_k"):
+        m.search("postgres", filters={"user_id": "u"}, top_k=-1)
+    plain = m.search("postgres", filters={"user_id": "u"})["results"]
+    assert m.search("postgres", filters={"user_id": "u"}, rerank=True)["results"] == plain

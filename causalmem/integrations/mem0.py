@@ -21,6 +21,13 @@ conversation graph adds, times the memory's usefulness factor (``Config.q_rank``
 sleep moves its Q; graph-only bonuses and rewarded memories can pass 1 and are clipped). Higher is more relevant;
 0 means "in scope but matched nothing better than a typical non-match".
 
+Where mem0 2.x and causalmem's core differ, this adapter follows mem0: ``search`` drops hits scoring
+under ``threshold`` (default 0.1, mem0's); ``search`` and ``get_all`` without any user_id, agent_id or
+run_id raise mem0's ValueError instead of reading every user's memories; user_id / agent_id / run_id /
+actor_id inside ``metadata`` are dropped with a warning (scope comes from the id arguments only); a
+metadata-only ``update`` writes an UPDATE history entry (old text == new text); ``get`` has
+``score: None``; ``top_k=0`` returns nothing; ``rerank=True`` is ignored (no reranker to configure).
+
 No LLM is needed: ``infer`` defaults to False unless the memory has a distiller (``llm`` in
 ``from_config``), and then to True, mem0's default. No mem0 package is needed either.
 
@@ -46,6 +53,10 @@ __all__ = ["Memory", "AsyncMemory"]
 logger = logging.getLogger("causalmem")
 
 _SCOPE = ("user_id", "agent_id", "run_id")
+_IDENTITY = (*_SCOPE, "actor_id")  # mem0 drops these from caller metadata: scope comes from the id arguments
+_NO_SCOPE = ("filters must contain at least one of: user_id, agent_id, run_id. "
+             "Example: filters={'user_id': 'u1'}")  # mem0 2.x's ValueError, word for word
+DEFAULT_THRESHOLD = 0.1  # mem0's default for search()
 _MEM0_OPS = {"eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "contains", "icontains"}
 _PROMOTED = ("role", "actor_id")
 # mem0's feedback values (its platform client's ``feedback``) as causalmem rewards in [-1, 1]
@@ -92,6 +103,19 @@ def _translate(filters: Mapping[str, Any]) -> dict[str, Any]:
     return spec
 
 
+def _strip_identity(metadata: Mapping[str, Any] | None, context: str) -> dict[str, Any] | None:
+    """``metadata`` without user_id / agent_id / run_id / actor_id, logging each key dropped (as mem0 does)."""
+    if metadata is None:
+        return None
+    clean = {}
+    for key, value in metadata.items():
+        if key in _IDENTITY:
+            logger.warning("%s: ignoring metadata[%r] - identity fields cannot be set through metadata", context, key)
+        else:
+            clean[key] = value
+    return clean
+
+
 def _check_mapping(value: Any, name: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise TypeError(f"{name} must be a dict, got {type(value).__name__}")
@@ -125,13 +149,18 @@ def _count(top_k: Any, limit: Any, default: int) -> int:
     if top_k is not None and limit is not None and top_k != limit:
         raise ValueError(f"top_k ({top_k!r}) and limit ({limit!r}) disagree; pass one of them")
     n = top_k if top_k is not None else limit if limit is not None else default
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"top_k/limit must be a positive integer, got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"top_k/limit must be a non-negative integer, got {n!r}")
     return n
 
 
+def _require_scope(scope: Mapping[str, Any]) -> None:
+    if all(v is None for v in scope.values()):
+        raise ValueError(_NO_SCOPE)
+
+
 def _item(chunk_or_hit: Any, metadata: Mapping[str, Any], updated_at: float | None = None,
-          score: float | None = None) -> dict[str, Any]:
+          score: float | None = None, *, keep_score: bool = False) -> dict[str, Any]:
     meta = dict(metadata or {})
     out: dict[str, Any] = {
         "id": chunk_or_hit.id,
@@ -150,7 +179,7 @@ def _item(chunk_or_hit: Any, metadata: Mapping[str, Any], updated_at: float | No
         if key in meta:
             out[key] = meta.pop(key)
     out["metadata"] = meta or None
-    if score is None:
+    if score is None and not keep_score:
         out.pop("score")
     else:
         out["score"] = score
@@ -239,7 +268,7 @@ class Memory:
             raise ValueError("prompt is not supported: causalmem's distiller has its own instructions")
         scope, _ = _split_filters(None, user_id, agent_id, run_id)
         if metadata is not None:
-            _check_mapping(metadata, "metadata")
+            metadata = _strip_identity(_check_mapping(metadata, "metadata"), "add()")
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
         elif isinstance(messages, Mapping):
@@ -273,7 +302,13 @@ class Memory:
         new_text = text if text is not None else data
         if new_text is None and metadata is None:
             raise ValueError("update needs data (the new text) or metadata")
-        self._require(memory_id)
+        chunk = self._require(memory_id)
+        if metadata is not None:
+            metadata = _strip_identity(_check_mapping(metadata, "metadata"), "update()")
+        if new_text is None:
+            # as mem0: a metadata-only update rewrites the memory with its own text, so the history has an
+            # UPDATE entry (old text == new text) and updated_at moves
+            new_text = chunk.text
         self.memory.update(memory_id, new_text, metadata=metadata)
         return {"message": "Memory updated successfully!"}
 
@@ -321,38 +356,52 @@ class Memory:
             chunk = self._require(memory_id)
         except ValueError:
             return None
-        return _item(chunk, chunk.metadata, self._updated_at(chunk.id, chunk.created_at))
+        return _item(chunk, chunk.metadata, self._updated_at(chunk.id, chunk.created_at), keep_score=True)
 
     def get_all(self, *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None,
                 filters: Mapping[str, Any] | None = None, top_k: int | None = None,
                 limit: int | None = None) -> dict[str, Any]:
-        """Memories of a scope (and metadata filters), oldest first: ``{"results": [...]}``."""
+        """Memories of a scope (and metadata filters), oldest first: ``{"results": [...]}``. As in mem0 2.x,
+        a call without user_id, agent_id or run_id (arguments or ``filters``) is a ValueError."""
         scope, meta = _split_filters(filters, user_id, agent_id, run_id)
+        _require_scope(scope)
         n = _count(top_k, limit, 100)
+        if n == 0:
+            return {"results": []}
         chunks = self.memory.get_all({k: v for k, v in scope.items() if v is not None}, limit=n, metadata=meta)
         return {"results": [_item(c, c.metadata, self._updated_at(c.id, c.created_at)) for c in chunks]}
 
     def search(self, query: str, *, user_id: str | None = None, agent_id: str | None = None,
                run_id: str | None = None, filters: Mapping[str, Any] | None = None, top_k: int | None = None,
-               limit: int | None = None, threshold: float | None = None, rerank: bool = False,
+               limit: int | None = None, threshold: float | None = DEFAULT_THRESHOLD, rerank: bool = False,
                explain: bool = False) -> dict[str, Any]:
-        """Hybrid search (lexical + semantic + graph): ``{"results": [{..., "score": 0..1}]}``, best first."""
+        """Hybrid search (lexical + semantic + graph): ``{"results": [{..., "score": 0..1}]}``, best first.
+
+        As mem0: ``threshold`` defaults to 0.1 (``None`` means the default; pass 0 to see every hit in
+        scope), ``top_k=0`` returns no results, ``rerank`` is accepted and ignored (there is no reranker
+        to configure; causalmem's fusion already ranks), and a call without user_id, agent_id or run_id
+        (arguments or ``filters``) is a ValueError."""
         scope, meta = _split_filters(filters, user_id, agent_id, run_id)
+        _require_scope(scope)
         n = _count(top_k, limit, 100)
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
-                                      or not 0.0 <= float(threshold) <= 1.0):
+        if threshold is None:
+            threshold = DEFAULT_THRESHOLD
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+                or not 0.0 <= float(threshold) <= 1.0:
             raise ValueError(f"threshold must be a number in [0, 1], got {threshold!r}")
-        if rerank:
-            raise ValueError("rerank is not supported: causalmem's fusion already ranks")
+        if not isinstance(rerank, bool):
+            raise TypeError(f"rerank must be True or False, got {type(rerank).__name__}")
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
+        if n == 0:
+            return {"results": []}
         self.memory.wait_embedded()  # mem0 embeds on add: a search sees every vector written before it
         hits = self.memory.search(query, top_k=min(n, self.memory.config.max_top_k), metadata=meta,
                                   explain=explain, **scope)
         out = []
         for h in hits:
             s = _score01(h.score)
-            if threshold is not None and s < threshold:
+            if s < threshold:
                 continue
             item = _item(h, h.metadata, score=s)
             item["updated_at"] = _iso(self._updated_at(h.id, h.created_at))
