@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import _kernels, ingest, learning, metadata_filter, projection
+from . import _kernels, entities, ingest, learning, metadata_filter, projection
 from .config import Config
 from .store.base import ChunkRow, StoreBackend
 from .types import Chunk, Hit, to_timestamp
@@ -69,6 +69,14 @@ class RetrievalParams:
     prf_terms: int = 10
     prf_docs: int = 3
     prf_weight: float = 0.5
+    # Entity hop (``entities.entity_hop``): memories naming an entity (a capitalised name, a number) of
+    # the best ``entity_seeds`` hits gain entity_hop x the best score x (sum over the seeds reaching them of
+    # seed score / best seed score) / entity_seeds; new candidates may come in. 0 = off.
+    entity_hop: float = 0.0
+    entity_seeds: int = 5
+    entity_max_df: float = 0.02   # entity terms in more than this share of the documents are not followed
+    entity_keyphrases: bool = False  # True: a seed's rare index terms (keyphrases) instead of its entity words
+    entity_max_reach: bool = False   # True: a memory reached from several seeds gets the best seed's share only
 
 
 PARAMS = RetrievalParams()
@@ -200,6 +208,8 @@ def _ranked(views: Views, query: str, top_k: int, chans: tuple[str, ...], fusion
                 scores = scores * usefulness(table.q[nids], views.config.q_init)
             if p.prf_terms and "lexical" in chans:
                 nids, scores = _second_pass(views, lexical, query, mask, nids, scores, lex_ids, depth, p)
+            if p.entity_hop and "lexical" in chans and "graph" in chans:
+                nids, scores = _entity_pass(views, lexical, query, mask, nids, scores, depth, p)
         else:
             lex_norm = {int(i): float(s) / lex_max for i, s in zip(lex_ids, lex_sc)}
             if "graph" in chans and (lex_norm or cos):
@@ -548,6 +558,39 @@ def _second_pass(views: Views, lexical, query: str, mask: np.ndarray, nids: np.n
     e_ids, add = e_ids[keep], add[keep]
     pos = order[np.searchsorted(sorted_nids, e_ids)]
     scores = scores.copy()
+    scores[pos] += add
+    return nids, scores
+
+
+def _entity_pass(views: Views, lexical, query: str, mask: np.ndarray, nids: np.ndarray, scores: np.ndarray,
+                 depth: int, p: RetrievalParams) -> tuple[np.ndarray, np.ndarray]:
+    """The entity hop (``RetrievalParams.entity_hop``, ``entities.entity_hop``): the fused scores with
+    what the best ``entity_seeds`` hits send through the entities they name; new candidates come in."""
+    order = np.lexsort((nids, -scores))[: p.entity_seeds]
+    seed_ids = nids[order]
+    seed_sc = scores[order]
+    if not len(seed_ids) or float(seed_sc[0]) <= 0:
+        return nids, scores
+    if p.entity_keyphrases:  # every rare index term of the seed, from the lexical index's forward lists
+        terms = {int(n): t for n, t in zip(seed_ids.tolist(), lexical.doc_terms(seed_ids.tolist())) if t is not None}
+    else:
+        terms = {n: entities.entity_terms(t, lexical.tokenizer) for n, t in views.store.texts_of(seed_ids.tolist())}
+    keep = [k for k, n in enumerate(seed_ids.tolist()) if n in terms]
+    r_ids, reach = entities.entity_hop([int(seed_ids[k]) for k in keep], [terms[int(seed_ids[k])] for k in keep],
+                                       [float(seed_sc[k]) for k in keep], lexical.tokenizer.tokenize(query),
+                                       lexical, mask, depth, p.entity_max_df,
+                                       "max" if p.entity_max_reach else "sum")
+    if not len(r_ids):
+        return nids, scores
+    add = p.entity_hop * float(seed_sc[0]) * reach / p.entity_seeds
+    new = np.setdiff1d(r_ids, nids)
+    if len(new):
+        nids = np.concatenate([nids, new])
+        scores = np.concatenate([scores, np.zeros(len(new))])
+    else:
+        scores = scores.copy()
+    o = np.argsort(nids)
+    pos = o[np.searchsorted(nids[o], r_ids)]
     scores[pos] += add
     return nids, scores
 
