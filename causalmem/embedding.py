@@ -50,16 +50,45 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, ContextManager, Protocol, Sequence
 
 import numpy as np
 
 from .config import handoff_mode
 from .store.base import text_hash
-from .vector_index import decode_rows, stop_at_exit
+from .vector_index import decode_rows
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .views import Views
+class EmbeddingHost(Protocol):
+    """What the embedding passes and the worker are given (the views), never a ``Memory``."""
+
+    store: Any
+    lock: Any
+    embed_lock: Any
+    write_gate: Any
+    embedded_below: int
+    mark_resets: int
+    sidecar_dir: Path | None
+    vectors: Any
+    chunks: Any
+
+    @property
+    def embedder(self) -> Any: ...
+
+    @property
+    def tables_seq(self) -> int | None: ...
+
+    def reset_embedded_mark(self) -> None: ...
+
+    def sync_external(self) -> None: ...
+
+    def vector_seq_now(self) -> int | None: ...
+
+    def write(self, *, wait: bool = True, sync: bool = True, background: bool = False) -> ContextManager[Any]: ...
+
+    def store_vectors(self, items: Sequence[tuple[int, str, Any]]) -> None: ...
+
+    def vectors_stored(self, fx: Any, nids: Sequence[int], model: str, dim: int,
+                       hashes: Sequence[int] | None = None) -> None: ...
 
 __all__ = ["EmbeddingWorker", "Progress", "embed_pending", "decode_rows"]
 
@@ -196,7 +225,8 @@ def try_lock(directory: Path) -> int | None:
     return fd
 
 
-def hand_off(db_path: str, spec: str, directory: Path, rows: OwnRows) -> bool:
+def hand_off(db_path: str, spec: str, directory: Path, rows: OwnRows, *,
+             spawn: Callable[..., bool] | None = None) -> bool:
     """Start a detached ``causalmem embed`` for ``db_path`` with embedder ``spec`` for ``rows`` unless
     one holds the store's embed lock; True when started. The child inherits the lock (and drops it
     when done)."""
@@ -207,9 +237,14 @@ def hand_off(db_path: str, spec: str, directory: Path, rows: OwnRows) -> bool:
         pkg_root = str(Path(__file__).resolve().parents[1])  # this very causalmem, whatever sys.path says
         env = {**os.environ, LOCK_FD_ENV: str(fd), ROWS_ENV: rows.to_env(), HANDOFF_ENV: "0",
                "PYTHONPATH": os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p)}
-        subprocess.Popen([sys.executable, "-m", "causalmem", "-q", "--db", db_path, "embed", "--embedder", spec,
-                          "--no-progress"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True, pass_fds=(fd,), env=env)
+        argv = [sys.executable, "-m", "causalmem", "-q", "--db", db_path, "embed", "--embedder", spec, "--no-progress"]
+        popen: dict[str, Any] = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     pass_fds=(fd,), env=env)
+        if spawn is not None:  # ``background.Background.spawn``: its own session, reaped, none in a forked child
+            if not spawn(argv, **popen):
+                return False
+        else:
+            subprocess.Popen(argv, start_new_session=True, **popen)
         logger.info("causalmem: %s: the embedding queue handed to a detached `causalmem embed`", db_path)
         return True
     except OSError as exc:
@@ -219,7 +254,7 @@ def hand_off(db_path: str, spec: str, directory: Path, rows: OwnRows) -> bool:
         os.close(fd)
 
 
-def continue_handed_off(views: "Views", handed: HandOff | None) -> int:
+def continue_handed_off(views: EmbeddingHost, handed: HandOff | None) -> int:
     """In a ``causalmem embed`` started by a hand-off, after its pass: drop the inherited lock, look
     once more for rows (a writer that found the lock held started nobody) — only chunks from the
     handed rows' ``floor`` up when it was given rows, else the whole queue — and go on, lock taken
@@ -255,7 +290,7 @@ def continue_handed_off(views: "Views", handed: HandOff | None) -> int:
     return done
 
 
-def embed_rows(views: "Views", rows: OwnRows, *, batch_size: int = 256,
+def embed_rows(views: EmbeddingHost, rows: OwnRows, *, batch_size: int = 256,
                deadline: float | None = None) -> tuple[int, bool]:
     """Embed the queued chunks among ``rows`` (their ``ids``, then every chunk from ``floor`` up) in the
     calling thread, stopping between batches once ``time.monotonic()`` passed ``deadline``; returns
@@ -293,7 +328,7 @@ def embed_rows(views: "Views", rows: OwnRows, *, batch_size: int = 256,
         return done, True
 
 
-def _embed_batch(views: "Views", batch: list[tuple[int, str]], stopping: Callable[[], bool] = lambda: False,
+def _embed_batch(views: EmbeddingHost, batch: list[tuple[int, str]], stopping: Callable[[], bool] = lambda: False,
                  pause: Callable[[], object] | None = None) -> int:
     """Encode ``batch`` (no lock held) and store it; returns how many vectors were stored. ``pause``
     (the background worker's) is called before each sub-batch: it returns once writes let it."""
@@ -315,7 +350,7 @@ def _embed_batch(views: "Views", batch: list[tuple[int, str]], stopping: Callabl
     return len(batch)
 
 
-def embed_pending(views: "Views", *, batch_size: int = 256, progress: Progress | None = None,
+def embed_pending(views: EmbeddingHost, *, batch_size: int = 256, progress: Progress | None = None,
                   stopping: Callable[[], bool] = lambda: False, pause: Callable[[], object] | None = None) -> int:
     """Embed the whole queue in the calling thread (``reembed``/backfill); returns how many.
 
@@ -324,7 +359,7 @@ def embed_pending(views: "Views", *, batch_size: int = 256, progress: Progress |
         return _embed_pending(views, batch_size, progress, stopping, pause)
 
 
-def _embed_pending(views: "Views", batch_size: int, progress: Progress | None,
+def _embed_pending(views: EmbeddingHost, batch_size: int, progress: Progress | None,
                    stopping: Callable[[], bool], pause: Callable[[], object] | None = None) -> int:
     emb = views.embedder
     if emb is None:
@@ -363,7 +398,7 @@ def _embed_pending(views: "Views", batch_size: int, progress: Progress | None,
     return done
 
 
-def _queue_known_empty(views: "Views") -> bool:
+def _queue_known_empty(views: EmbeddingHost) -> bool:
     """Whether the loaded vector index shows that every live chunk has a current vector — then the
     full scan of the store for chunks without one (seconds at 1M chunks, under the in-process lock,
     stalling searches) is skipped and the low-water mark set past the last chunk. Waits briefly for an
@@ -390,7 +425,8 @@ def _queue_known_empty(views: "Views") -> bool:
 class EmbeddingWorker:
     """The background embedding thread of one ``Views`` (started on first ``kick``)."""
 
-    def __init__(self, views: "Views", *, batch_size: int = 256, progress: Progress | None = None) -> None:
+    def __init__(self, views: EmbeddingHost, *, batch_size: int = 256, progress: Progress | None = None,
+                 owner: Any = None) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self.views = views
@@ -403,7 +439,11 @@ class EmbeddingWorker:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.embedded = 0  # vectors stored by this worker
-        stop_at_exit(self, "worker")  # a thread killed inside a native encoder aborts the process
+        # its threads are started by ``owner`` (``background.Background``), which stops this worker at
+        # close and at interpreter exit (a thread killed inside a native encoder aborts the process)
+        self._owner = owner
+        if owner is not None:
+            owner.add("embed", self.stop)
         self._timer: threading.Timer | None = None
         self._deferred: threading.Timer | None = None  # the start after a write (``kick_deferred``)
         self._waiters = 0  # callers in ``wait``: the worker then stops stepping aside for writes
@@ -414,10 +454,7 @@ class EmbeddingWorker:
 
     def kick_later(self, delay: float) -> None:
         """Resume the stored queue ``delay`` seconds after open (not on the cold-start path)."""
-        timer = threading.Timer(delay, self.kick)
-        timer.daemon = True
-        self._timer = timer
-        timer.start()
+        self._timer = self._start_timer("causalmem-embed-resume", delay, self.kick)
 
     def kick_deferred(self, delay: float) -> None:
         """New chunks are queued: counted now (``wait`` sees them), the thread started ``delay``
@@ -431,10 +468,7 @@ class EmbeddingWorker:
                 self._cond.notify_all()
                 return
             if self._deferred is None:
-                timer = threading.Timer(delay, self._start_deferred)
-                timer.daemon = True
-                self._deferred = timer
-                timer.start()
+                self._deferred = self._start_timer("causalmem-embed-start", delay, self._start_deferred)
 
     def _start_deferred(self) -> None:
         with self._cond:
@@ -453,9 +487,21 @@ class EmbeddingWorker:
         if self._stop:
             return
         if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._run, name="causalmem-embed", daemon=True)
-            self._thread.start()
+            if self._owner is not None:
+                self._thread = self._owner.thread("causalmem-embed", self._run)
+            else:
+                self._thread = threading.Thread(target=self._run, name="causalmem-embed", daemon=True)
+                self._thread.start()
         self._cond.notify_all()
+
+    def _start_timer(self, name: str, delay: float, target: Callable[[], None]) -> threading.Timer:
+        if self._owner is not None:
+            timer: threading.Timer = self._owner.timer(name, delay, target)
+            return timer
+        timer = threading.Timer(delay, target)
+        timer.name, timer.daemon = name, True
+        timer.start()
+        return timer
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until every chunk written before this call has a vector; False on timeout."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from .config import PRESETS, SpreadParams
 from . import _kernels
-from .spreading import CSR, _coo_to_csr, real_number
+from .spreading import CSR, coo_to_csr, real_number
 from .types import Activation, Relation
 
 __all__ = ["CausalGraph", "resolve_params"]
@@ -158,7 +158,7 @@ class CausalGraph:
             inhib_a = np.asarray(inhibitory)
             if inhib_a.ndim == 1 and len(inhib_a) == n_edges and not inhib_a.any():
                 inhib_a = None  # no inhibitory edge: save a byte per edge and direction
-        fwd, fwd_pos = _coo_to_csr(n_nodes, src_a, dst, values, valid=valid,
+        fwd, fwd_pos = coo_to_csr(n_nodes, src_a, dst, values, valid=valid,
                                    inhibitory=inhib_a)
         e = n_edges
         # every query reads valid and invalidate() writes it: the CSRs expose read-only views,

@@ -9,8 +9,8 @@ process's row cache and chunk table (``PostgresStore.adopt_write``).
 
 What stays as it was:
 * learned links are visible to the next query at once: the projection carries them from the
-  search that made them (``Views._learn_now``); until the write is adopted, the credit in flight
-  (``Views._flushing_co``) counts beside the queued one for the next search's increments;
+  search that made them (``Reinforcement.learn_now``); until the write is adopted, the credit in flight
+  (``Reinforcement.flushing_co``) counts beside the queued one for the next search's increments;
 * one transaction for the whole batch, retried when the server rolls it back; a busy writer lock
   leaves the batch queued (in front of newer searches) for the next wake-up;
 * ``flush()`` and ``close()`` wait for a write in flight, then write what is still queued on the
@@ -25,17 +25,32 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from . import learning
 from .errors import StoreError, run_retrying
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .views import Views
-
 log = logging.getLogger("causalmem")
 
 Queued = Sequence[tuple[float, list[int], list[list[int]]]]
+
+
+class FlushQueue(Protocol):
+    """What the flusher thread is given: the reinforcement queue (``reinforcement.Reinforcement``)."""
+
+    lock: threading.RLock
+    store: Any
+    config: Any
+    queued: list[tuple[float, list[int], list[list[int]]]]
+    pending_co: dict[tuple[int, int], float]
+    flushing_co: dict[tuple[int, int], float]
+    off: str | None
+
+    def adopted(self, done: tuple[int, dict, list[int] | None, list[tuple]], batch: Queued) -> None: ...
+
+    def written(self) -> None: ...
+
+    def turn_off(self, why: str) -> None: ...
 
 #: seconds the thread waits for the next batch before it ends (a later batch starts another): an
 #: idle thread holds no reference to a ``Memory`` its caller dropped without closing it
@@ -61,12 +76,14 @@ def credit_rows(store: Any, queued: Queued, config: Any) -> tuple[list[tuple[int
 
 
 class Flusher:
-    """The thread that writes the views' reinforcement queue (see the module docstring). Its state
-    is guarded by the views lock (``cond`` waits on it)."""
+    """The thread that writes the reinforcement queue (see the module docstring). Its state is
+    guarded by the queue's lock, the views lock (``cond`` waits on it). ``spawn(name, target)`` starts
+    its thread (``background.Background.thread``: the owner of a memory's threads)."""
 
-    def __init__(self, views: "Views") -> None:
-        self.views = views
-        self.cond = threading.Condition(views.lock)
+    def __init__(self, queue: FlushQueue, *, spawn: Callable[..., threading.Thread] | None = None) -> None:
+        self.queue = queue
+        self.cond = threading.Condition(queue.lock)
+        self._spawn = spawn
         self.inflight = False
         self.wanted = False
         self.stopping = False
@@ -79,8 +96,11 @@ class Flusher:
         """A search filled the batch (the caller holds the views lock): write it soon."""
         self.wanted = True
         if self.thread is None:
-            self.thread = threading.Thread(target=self._run, name="causalmem-reinforce", daemon=True)
-            self.thread.start()
+            if self._spawn is not None:
+                self.thread = self._spawn("causalmem-reinforce", self._run)
+            else:
+                self.thread = threading.Thread(target=self._run, name="causalmem-reinforce", daemon=True)
+                self.thread.start()
         self.cond.notify_all()
 
     def join(self) -> None:
@@ -126,9 +146,9 @@ class Flusher:
             twin.close()
 
     def _run(self) -> None:
-        views = self.views
+        queue = self.queue
         while True:
-            with views.lock:
+            with queue.lock:
                 while (not self.wanted or self.settling) and not self.stopping:
                     if not self.cond.wait(IDLE_S) and not self.wanted and not self.stopping:
                         self.thread = None  # idle: ends here; ``wake`` starts another
@@ -137,30 +157,30 @@ class Flusher:
                 if self.stopping:
                     return
                 self.wanted = False
-                batch = views._queued
-                if not batch or views.reinforce_off is not None:
+                batch = queue.queued
+                if not batch or queue.off is not None:
                     continue
-                views._queued = []
-                views._flushing_co, views._pending_co = views._pending_co, {}
+                queue.queued = []
+                queue.flushing_co, queue.pending_co = queue.pending_co, {}
                 self.inflight = True
             try:
                 done = self._write(batch)
             except BaseException as exc:  # nothing written: the batch waits in front of newer searches
-                with views.lock:
-                    views._queued = list(batch) + views._queued
-                    for key, d in views._flushing_co.items():
-                        views._pending_co[key] = views._pending_co.get(key, 0.0) + d
-                    views._flushing_co = {}
+                with queue.lock:
+                    queue.queued = list(batch) + queue.queued
+                    for key, d in queue.flushing_co.items():
+                        queue.pending_co[key] = queue.pending_co.get(key, 0.0) + d
+                    queue.flushing_co = {}
                     self.inflight = False
                     self.cond.notify_all()
                     self._failed(exc)
                 continue
-            with views.lock:
+            with queue.lock:
                 try:
                     if done is not None:
-                        views.reinforcement_adopted(done, batch)
-                    views._flushing_co = {}
-                    views._reinforcement_written()
+                        queue.adopted(done, batch)
+                    queue.flushing_co = {}
+                    queue.written()
                     self.batches += 1
                 finally:
                     self.inflight = False
@@ -168,22 +188,19 @@ class Flusher:
 
     def _failed(self, exc: BaseException) -> None:
         msg = str(exc)
-        views = self.views
+        queue = self.queue
         if isinstance(exc, StoreError) and ("read-only" in msg or "readonly" in msg):
-            views.reinforce_off = f"the database is read-only ({msg})"
-            views._queued = []
-            views._forget_pending()
-            views._say_reinforcement_off()
+            queue.turn_off(f"the database is read-only ({msg})")
         elif isinstance(exc, StoreError):
-            log.info("causalmem: %s: reinforcement write deferred: %s", views.store.path, msg)
+            log.info("causalmem: %s: reinforcement write deferred: %s", queue.store.path, msg)
         else:  # pragma: no cover - a bug: say so, keep the queue
-            log.warning("causalmem: %s: reinforcement write failed: %r", views.store.path, exc)
+            log.warning("causalmem: %s: reinforcement write failed: %r", queue.store.path, exc)
 
     def _write(self, batch: Queued) -> tuple[int, dict, list[int] | None, list[tuple]] | None:
         """The batch in one transaction on the twin connection (retried when the server rolls it
         back); the twin's ``last_write``, or None when it changed nothing."""
-        views = self.views
-        main_: Any = views.store  # a server backend (``writer_twin``)
+        queue = self.queue
+        main_: Any = queue.store  # a server backend (``writer_twin``)
         if self.twin is None:
             self.twin = main_.writer_twin()
         twin = self.twin
@@ -209,7 +226,7 @@ class Flusher:
                          [k for k in ([n for n in g if n in kept] for g in groups) if len(k) > 1])
                         for t, nids, groups in batch]
                     twin.touch_chunks_batch([(nids, t) for t, nids, _groups in live])
-                    rows, _groups = credit_rows(twin, live, views.config)
+                    rows, _groups = credit_rows(twin, live, queue.config)
                     twin.credit_cooccurrence(rows)
             except BaseException:  # rolled back (retried by run_retrying) or failed: nothing committed
                 for seq in named:

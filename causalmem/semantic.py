@@ -235,7 +235,9 @@ class SentenceTransformerEmbedder:
             convert_to_numpy=True,
             normalize_embeddings=True,
         )
-        return _normalise_rows(np.asarray(vecs, dtype=np.float32).reshape(len(texts), -1))
+        m = np.asarray(vecs, dtype=np.float32).reshape(len(texts), -1)
+        norms = np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)  # a zero row stays zero
+        return (m / norms).astype(np.float32, copy=False)
 
 
 #: backend names ``embedder=`` accepts besides "auto", a model name/path or an object
@@ -306,4 +308,4 @@ def resolve_embedder(spec: Any) -> Embedder | None:
 
 # the index of the stored vectors and the BLOB codec live in vector_index.py (re-exported here: part of
 # this module's public names)
-from .vector_index import VectorIndex, _normalise_rows, blob_to_vector, vector_to_blob  # noqa: E402,F401
+from .vector_index import VectorIndex, blob_to_vector, vector_to_blob  # noqa: E402,F401

@@ -326,7 +326,7 @@ class CSR:
     def from_coo(cls, n_nodes: int, src: Any, dst: Any, weights: Any, *, valid: Any = None,
                  inhibitory: Any = None) -> "CSR":
         """CSR from edge lists, ordered by (src, original position) (a counting sort)."""
-        return _coo_to_csr(n_nodes, src, dst, weights, valid=valid, inhibitory=inhibitory)[0]
+        return coo_to_csr(n_nodes, src, dst, weights, valid=valid, inhibitory=inhibitory)[0]
 
     # -- sizes ----------------------------------------------------------------------------
     @property
@@ -440,8 +440,8 @@ def _check_seeds(seed_nodes: Any, seed_energy: Any, n: int) -> tuple[np.ndarray,
             np.ascontiguousarray(energy, dtype=np.float32))
 
 
-def _coo_to_csr(n_nodes: Any, src: Any, dst: Any, weights: Any, *, valid: Any = None,
-                inhibitory: Any = None) -> tuple[CSR, np.ndarray]:
+def coo_to_csr(n_nodes: Any, src: Any, dst: Any, weights: Any, *, valid: Any = None,
+               inhibitory: Any = None) -> tuple[CSR, np.ndarray]:
     """Validated COO -> CSR; also returns ``pos`` (CSR position of every input edge)."""
     try:
         n = operator.index(n_nodes)

@@ -37,10 +37,10 @@ from .projection import Projection
 from .semantic import Embedder, resolve_embedder, vector_to_blob
 from .vector_index import UNKNOWN_HASH, IndexKeeper, VectorIndex, decode_rows, stamp_sidecar
 from .store.base import ChunkColumns, EmbeddingRow, StoreBackend, text_hash
-from . import learning
 from .errors import StoreError
 from .types import Relation, check_clock_value
-from .reinforce_flush import Flusher, credit_rows
+from .background import Background
+from .reinforcement import Reinforcement
 from .write_gate import WriteGate
 
 log = logging.getLogger("causalmem")
@@ -173,24 +173,17 @@ class Views:
         self._effects: Effects | None = None
         self._data_version = store.data_version()
         self._updates_seen = store.last_update_event()
-        # search reinforcement waiting for a write: (clock time, nids, nid groups of one scope each)
-        self._queued: list[tuple[float, list[int], list[list[int]]]] = []
-        self._queued_since = 0.0
-        #: searches whose reinforcement was dropped because the queue was full (the writer busy), ever
-        self.reinforce_dropped = 0
-        self._dropping_since: int | None = None  # reinforce_dropped when this episode of drops began
-        # co-occurrence weight the queued searches will add, visible to the next query already
-        self._pending_co: dict[tuple[int, int], float] = {}
-        # ... and the credit of the batch a server backend's flusher thread is writing (``reinforce_flush``)
-        self._flushing_co: dict[tuple[int, int], float] = {}
-        self.projection.pending_learned = lambda: [(a, b, d) for (a, b), d in self._pending_all().items()]
-        # a server backend writes the queue off the search call, on its own connection
-        self._flusher: Flusher | None = Flusher(self) if hasattr(store, "writer_twin") else None
-        self.reinforce_off: str | None = "the database was opened read-only" if store.read_only else None
-        self._reinforce_off_logged = False
+        #: the owner of this store's background threads and child processes (``background``)
+        self.background = Background(str(getattr(store, "path", ":memory:")))
+        #: searches' access counts and Hebbian credit waiting for a write (``reinforcement``)
+        self.reinforcement = Reinforcement(self, spawn=self.background.thread)
+        self.background.add("reinforce", self._stop_flusher)
+        self.projection.pending_learned = \
+            lambda: [(a, b, d) for (a, b), d in self.reinforcement.pending_all().items()]
         self._worker: EmbeddingWorker | None = None
         self.write_gate = WriteGate()  # writes in flight: the background worker waits for a quiet moment
         self.keeper = IndexKeeper(self)  # loads, folds and persists the vector index (its own thread)
+        self.background.add("vectors", self.keeper.stop)
         self._embed_queued = False  # this write committed chunks (or texts) without vectors
         self._closed = False
         self.query_cache = QueryVectorCache(1024)
@@ -280,6 +273,7 @@ class Views:
         with self._qpool_lock:
             if self._qpool is None:
                 self._qpool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="causalmem-query")
+                self.background.add("query", self._stop_query_thread)
             pending.pool = self._qpool
             pending.future = self._qpool.submit(pending.run, lambda: self.query_cache.get(emb, query))
         return pending
@@ -310,7 +304,7 @@ class Views:
         """The background embedding worker (None when the semantic channel is off)."""
         if self._worker is None and self._embedder_spec is not None and not self._closed \
                 and not getattr(self.store, "read_only", False):  # a read-only open cannot store vectors
-            self._worker = EmbeddingWorker(self)
+            self._worker = EmbeddingWorker(self, owner=self.background)
         return self._worker
 
     def queue_changed(self) -> None:
@@ -359,6 +353,7 @@ class Views:
         self.stop_worker(drain=drain)  # outside the lock: the worker's last batch needs it
         with self.lock:
             if getattr(self.store, "_closed", False):
+                self.background.close()
                 return
             try:
                 self.flush_reinforcement(wait=True)
@@ -366,14 +361,15 @@ class Views:
                 self.drop_reinforcement(str(exc))
             finally:
                 try:
-                    if self._flusher is not None:
-                        self._flusher.close()
+                    self.background.stop("reinforce")
                     self.save_sidecars()  # never raises
                     self.stamp_vectors()  # never raises
                 finally:
-                    self.store.close()
+                    self.store.close()  # ends the WAL checkpointer thread (SQLite)
+        self.background.close()  # joins every thread of this store (the store is closed: none needs it)
         if rows is not None and self.sidecar_dir is not None:
-            hand_off(str(self.store.path), str(self._embedder_spec), self.sidecar_dir, rows)
+            hand_off(str(self.store.path), str(self._embedder_spec), self.sidecar_dir, rows,
+                     spawn=self.background.spawn)
 
     def _settle_queue(self) -> OwnRows | None:
         """At close, the own rows still without a vector: embedded here — for at most ``CLOSE_DRAIN_S``
@@ -418,13 +414,13 @@ class Views:
         if drain:
             self.wait_embedded()
         self._closed = True
+        self.background.stop("query", "embed", "vectors")
+
+    def _stop_query_thread(self, timeout: float | None = None) -> None:
         with self._qpool_lock:
             pool, self._qpool = self._qpool, None
         if pool is not None:
             pool.shutdown(wait=True)
-        if self._worker is not None:
-            self._worker.stop()
-        self.keeper.stop()
 
     def vector_coverage(self, mask: np.ndarray | None = None) -> tuple[int, int]:
         """(chunks with a vector in the loaded index, chunks) within ``mask`` (a scope mask)."""
@@ -610,10 +606,12 @@ class Views:
         A process that only writes never loads the index files: its commits go to the journal
         (``_journal_commit``) and the next process that reads catches up from it."""
 
-    def _note(self, kind: str, ids: Sequence[int] | np.ndarray) -> None:
+    def note(self, kind: str, ids: Sequence[int] | np.ndarray) -> None:
         """The current write changed rows ``ids`` of journal kind ``kind``."""
         if self._jdelta is not None:
             self._jdelta.setdefault(kind, []).extend(int(i) for i in ids)
+
+    _note = note
 
     def _journal_commit(self) -> None:
         """After an own commit: one journal line from the counter before to the counter after."""
@@ -895,8 +893,9 @@ class Views:
         with self.lock:
             outer = self._effects is None
             if outer:
-                if self._flusher is not None:
-                    self._flusher.settle()  # a batch the flusher took is written first (see ``settle``)
+                flusher = self.reinforcement.flusher
+                if flusher is not None:
+                    flusher.settle()  # a batch the flusher took is written first (see ``settle``)
                 if sync or getattr(self.store, "foreign_changes", None) is None:
                     self.sync_external()
                 self._before_write()
@@ -907,21 +906,21 @@ class Views:
             queued: list = []
             try:
                 with self.store.transaction(wait=wait):
-                    if outer and self._queued:
-                        queued, self._queued = self._queued, []
+                    if outer and self.reinforcement.queued:
+                        queued = self.reinforcement.take()
                         self._write_reinforcement(effects, queued)
                     yield effects
             except BaseException:
                 if outer:
                     self._effects = None
-                    self._queued = queued + self._queued  # not written: still waiting
+                    self.reinforcement.restore(queued)  # not written: still waiting
                 raise
             if outer:
                 self._effects = None
                 for fx in effects:
                     fx()
                 if queued:
-                    self._reinforcement_written()
+                    self.reinforcement.written()
                 self._track_commit()
                 self._journal_commit()
                 # _data_version stays as sync_external left it before this write: this connection's own
@@ -1267,179 +1266,36 @@ class Views:
             fx.append(lambda: self.projection.learned_links(list(deltas)))
 
     # ------------------------------------------------------------------ queued search reinforcement
+    # (``reinforcement.Reinforcement``; these names are what the pipelines and tests call)
     def queue_reinforcement(self, nids: Sequence[int], scores: Mapping[int, float] | None = None) -> None:
-        """What one search returned (best first): access counts and Hebbian credit, queued (never a
-        write lock here). Pairs are credited among the best ``Config.hebbian_top`` hits only, and only
-        within one scope: an unscoped search never links two users. The links they make are visible
-        to the next query at once (``_learn_now``); the store gets them with the queue."""
-        if self.reinforce_off is not None:
-            self._say_reinforcement_off()
-            return
-        nids = [int(n) for n in dict.fromkeys(nids)]
-        if not nids:
-            return
-        groups: dict[tuple, list[int]] = {}
-        table = self.chunks
-        # by default a search credits access counts only: links come from Memory.confirm
-        top = self.config.hebbian_top if self.config.hebbian_search else 0
-        for n in nids[:min(top, learning.MAX_HEBBIAN_NIDS)]:
-            key = (int(table.user[n]), int(table.agent[n]), int(table.run[n]),
-                   int(table.session[n]) if self.config.hebbian_same_session else 0) \
-                if table is not None and n < table.n else ("nid", n)
-            groups.setdefault(key, []).append(n)
-        if not self._queued:
-            self._queued_since = time.monotonic()
-        pairs = [g for g in groups.values() if len(g) > 1]
-        if pairs and self.config.hebbian_min_ratio > 0 and scores:
-            # a hit far below the group's best is more often a non-answer than its partner
-            pairs = [k for k in ([g[0]] + [n for n in g[1:] if scores.get(n, 0.0) >= self.config.hebbian_min_ratio
-                                            * scores.get(g[0], 0.0)] for g in pairs) if len(k) > 1]
-        if pairs and self.config.hebbian_min_cosine > 0:
-            pairs = self._close_groups(pairs)
-        self._queued.append((self.now(), nids, pairs))
-        self._learn_now(pairs)
-        if len(self._queued) > self.config.reinforce_queue_max:
-            self._drop_oldest(len(self._queued) - self.config.reinforce_queue_max)
-        if len(self._queued) >= self.config.reinforce_batch or \
-                time.monotonic() - self._queued_since >= self.config.reinforce_seconds:
-            if self._flusher is not None:
-                self._flusher.wake()  # written on the flusher's connection, not inside this search
-            else:
-                self.flush_reinforcement(wait=False, sync=False)
-
-    def _drop_oldest(self, n: int) -> None:
-        """The queue is full (the writer has been busy for long): the oldest ``n`` searches are
-        dropped. The projection is re-read from the store only when one of them carried Hebbian
-        pairs (the overlay holds nothing else of them: by default a search queues access counts
-        only). One warning per episode; the episode ends, with an info line counting its drops,
-        at the next successful write of the queue (``_reinforcement_written``)."""
-        lost = self._queued[:n]
-        del self._queued[:n]
-        self.reinforce_dropped += n
-        if any(groups for _t, _nids, groups in lost):
-            self._forget_pending()
-        if self._dropping_since is None:
-            self._dropping_since = self.reinforce_dropped - n
-            log.warning("causalmem: %s: reinforcement queue full (writer busy): dropping the oldest searches' "
-                        "access counts%s until a write gets through (counted in reinforce_dropped)",
-                        self.store.path, " and links" if self.config.hebbian_search else "")
-
-    def _reinforcement_written(self) -> None:
-        """A write of the queued reinforcement committed: an episode of drops (if any) is over."""
-        if self._dropping_since is not None:
-            log.info("causalmem: %s: reinforcement written again; %d searches were dropped while the writer "
-                     "was busy", self.store.path, self.reinforce_dropped - self._dropping_since)
-            self._dropping_since = None
+        """What one search returned (best first), queued: ``Reinforcement.queue``."""
+        self.reinforcement.queue(nids, scores)
 
     def flush_reinforcement(self, *, wait: bool = True, sync: bool = True) -> int:
-        """Write the queued reinforcement now; returns how many searches were written. With
-        ``wait=False`` a busy write lock leaves the queue for later instead of waiting. With ``wait``
-        a batch the flusher thread is writing is waited for first (the lock released meanwhile)."""
-        if wait and self._flusher is not None:
-            self._flusher.join()
-        if not self._queued or self.reinforce_off is not None:
-            return 0
-        n = len(self._queued)
-        try:
-            with self.write(wait=wait, sync=sync):
-                pass
-        except StoreError as exc:
-            msg = str(exc)
-            if "read-only" in msg or "readonly" in msg:
-                self.reinforce_off = f"the database is read-only ({msg})"
-                self._queued = []
-                self._say_reinforcement_off()
-                return 0
-            if not wait and "locked" in msg:
-                return 0
-            raise
-        return n
+        """Write the queued reinforcement now: ``Reinforcement.flush``."""
+        return self.reinforcement.flush(wait=wait, sync=sync)
 
     def drop_reinforcement(self, why: str) -> None:
-        if self._queued:
-            log.warning("causalmem: %s: reinforcement of %d searches not written: %s", self.store.path,
-                        len(self._queued), why)
-            self._queued = []
-            self._forget_pending()
-
-    def _close_groups(self, groups: list[list[int]]) -> list[list[int]]:
-        """The groups narrowed to hits whose vector is within ``Config.hebbian_min_cosine`` of the
-        group's best hit (``Config.hebbian_min_cosine``: co-retrieval alone is weak evidence)."""
-        ids, mat = self.vectors_of(sorted({n for g in groups for n in g}))
-        if not len(ids):
-            return []
-        norm = mat.astype(np.float64)
-        norm /= np.maximum(np.linalg.norm(norm, axis=1, keepdims=True), 1e-12)
-        row = {int(n): k for k, n in enumerate(ids.tolist())}
-        out = []
-        for g in groups:
-            if g[0] not in row:
-                continue
-            lead = norm[row[g[0]]]
-            keep = [g[0]] + [n for n in g[1:]
-                             if n in row and float(norm[row[n]] @ lead) >= self.config.hebbian_min_cosine]
-            if len(keep) > 1:
-                out.append(keep)
-        return out
+        self.reinforcement.drop(why)
 
     def learned_weights(self, nids: Sequence[int]) -> dict[tuple[int, int], float]:
-        """Co-occurrence weight of every learned pair ``(a < b)`` among ``nids``: the store's plus the
-        credit still queued (what the next write will hold)."""
-        got = self.store.cooccurrence_weights(sorted({int(n) for n in nids}))
-        pending = self._pending_all()
-        if pending:
-            want = {int(n) for n in nids}
-            for (a, b), d in pending.items():
-                if a in want and b in want:
-                    got[(a, b)] = got.get((a, b), 0.0) + d
-        return got
+        """Learned pair weights among ``nids``, queued credit included: ``Reinforcement.learned_weights``."""
+        return self.reinforcement.learned_weights(nids)
 
-    def _learn_now(self, groups: Sequence[Sequence[int]]) -> None:
-        """Put the co-occurrence weight these groups will get into the projection now, as the
-        difference to what the store plus the earlier queued searches hold (the queue write computes
-        the same weights from the store, in the same order)."""
-        deltas = []
-        for g in groups:
-            pairs = learning.hebbian_pairs(g, learning.MAX_HEBBIAN_NIDS)
-            stored = self.store.cooccurrence_weights(sorted(set(g)))
-            for key in pairs:
-                w, pend, fly = stored.get(key), self._pending_co.get(key), self._flushing_co.get(key)
-                cur = None if w is None and pend is None and fly is None else (w or 0.0) + (pend or 0.0) + (fly or 0.0)
-                delta = learning.next_hebbian_weight(cur, self.config) - (cur or 0.0)
-                # a pair credited at weight 0 (Config.hebbian_start = 0) is remembered too: its next
-                # credit is a repeat and must give the link at once, as the queue write will
-                self._pending_co[key] = (pend or 0.0) + delta
-                if delta > 0:
-                    deltas.append((key[0], key[1], delta))
-        if deltas:
-            self.projection.learned_links(deltas)
+    def _write_reinforcement(self, fx: Effects, queued: Sequence[tuple[float, list[int], list[list[int]]]]) -> None:
+        self.reinforcement.write_rows(fx, queued)
 
-    def _pending_all(self) -> dict[tuple[int, int], float]:
-        """The co-occurrence credit not in the store yet: queued, plus the batch being written."""
-        if not self._flushing_co:
-            return self._pending_co
-        out = dict(self._flushing_co)
-        for key, d in self._pending_co.items():
-            out[key] = out.get(key, 0.0) + d
-        return out
+    def _stop_flusher(self, timeout: float | None = None) -> None:
+        with self.lock:  # the flusher's condition is on this lock
+            self.reinforcement.close()
 
-    def reinforcement_adopted(self, done: tuple[int, dict, list[int] | None, list[tuple]],
-                              batch: Sequence[tuple[float, list[int], list[list[int]]]]) -> None:
-        """The flusher's commit of ``batch`` (its ``last_write``), taken in as an own write's effects
-        would be (the caller holds the lock): the row cache from what the write returned, the chunk
-        table's importance, the views' sequence."""
-        seq, touched = done[0], done[1]
-        exact = getattr(self.store, "adopt_write")(seq, *done[1:])
+    def commit_adopted(self, seq: int, importance: list[tuple[int, float]]) -> None:
+        """Another connection of this process committed change ``seq`` for the views (the flusher's
+        batch; the caller holds the lock): the chunk table's importance, the views' sequence."""
         table = self.chunks
-        if table is not None:
-            nids = [n for n in dict.fromkeys(n for _t, ns, _g in batch for n in ns) if n < table.n]
-            if exact:
-                got = [(n, touched[n][1]) for n in nids if n in touched]
-            else:  # a later commit was applied first: the rows as they are now
-                got = [(n, r.importance) for n, r in self.store.chunk_rows_by_nid(nids).items()]
-            if got:
-                idx = np.fromiter((n for n, _ in got), dtype=np.int64, count=len(got))
-                table.importance[idx] = np.asarray([v for _, v in got], dtype=np.float32)
+        if table is not None and importance:
+            idx = np.fromiter((n for n, _ in importance), dtype=np.int64, count=len(importance))
+            table.importance[idx] = np.asarray([v for _, v in importance], dtype=np.float32)
         self._dirty.add("chunks")
         if self._seq is not None:
             self._seq = seq if self._seq == seq - 1 else None
@@ -1447,30 +1303,30 @@ class Views:
         if vi is not None and vi.seq is not None:
             vi.seq = seq if vi.seq == seq - 1 else None
 
-    def _forget_pending(self) -> None:
-        """Queued reinforcement was dropped: the projection is re-read from the store (and what is
-        still queued becomes visible when it is written)."""
-        self._pending_co.clear()
-        self.projection.mark_stale()
+    @property
+    def reinforce_dropped(self) -> int:
+        """Searches whose reinforcement was dropped because the queue was full (the writer busy), ever."""
+        return self.reinforcement.dropped
 
-    def _say_reinforcement_off(self) -> None:
-        if not self._reinforce_off_logged:
-            self._reinforce_off_logged = True
-            log.warning("causalmem: %s: search reinforcement is off: %s", self.store.path, self.reinforce_off)
+    @property
+    def reinforce_off(self) -> str | None:
+        return self.reinforcement.off
 
-    def _write_reinforcement(self, fx: Effects, queued: Sequence[tuple[float, list[int], list[list[int]]]]) -> None:
-        """The queued searches in a few statements, whatever their number (one round trip each on a
-        server): the access counts in one batch; the Hebbian credit of every group read once and
-        written once per pair, with the weights ``learning.hebbian_credit`` would have left after
-        crediting the groups one by one in queue order."""
-        self.store.touch_chunks_batch([(nids, t) for t, nids, _groups in queued])
-        rows, groups = credit_rows(self.store, queued, self.config)
-        if groups:
-            for g in groups:
-                self._note("o", g)
-            self.store.credit_cooccurrence(rows)
-        self.accessed(fx, [n for _t, nids, _groups in queued for n in nids])
-        fx.append(self._pending_co.clear)  # the store holds them now (the overlay keeps showing them)
+    @property
+    def _queued(self) -> list[tuple[float, list[int], list[list[int]]]]:
+        return self.reinforcement.queued
+
+    @property
+    def _pending_co(self) -> dict[tuple[int, int], float]:
+        return self.reinforcement.pending_co
+
+    @property
+    def _flusher(self) -> Any:
+        return self.reinforcement.flusher
+
+    @_flusher.setter
+    def _flusher(self, value: Any) -> None:
+        self.reinforcement.flusher = value
 
     def count_write(self, fx: Effects, n: int = 1) -> None:
         fx.append(lambda: self.projection.count_write(n))

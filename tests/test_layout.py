@@ -57,16 +57,18 @@ def _runtime_nodes(tree: ast.AST):
             todo.append(child)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module -> the package modules it imports at run time anywhere in its body (lazy imports
-    included; imports only for type checkers, under ``if TYPE_CHECKING:``, never run and are left out)."""
+def import_graph(*, type_checking: bool = False) -> dict[str, set[str]]:
+    """module -> the package modules it imports anywhere in its body (lazy imports inside functions
+    included); with ``type_checking`` also the imports for type checkers only, under
+    ``if TYPE_CHECKING:`` (never run, but a dependency all the same), else those are left out."""
     mods = _modules()
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for name, path in mods.items():
         is_package = path.name == "__init__.py"
         if path.suffix != ".py":
             continue
-        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in (ast.walk(tree) if type_checking else _runtime_nodes(tree)):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -125,6 +127,47 @@ def test_import_graph_sees_lazy_and_relative_imports():
 def test_causalmem_has_no_import_cycle():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_import_graph_with_type_checking_sees_imports_inside_functions_and_type_checking_blocks():
+    g = import_graph(type_checking=True)
+    assert "causalmem.memory" in g["causalmem.cli"]  # inside a function
+    assert "causalmem.memory" in g["causalmem"]  # under TYPE_CHECKING only
+
+
+def test_causalmem_has_no_import_cycle_counting_type_checking_imports():
+    """No circle even among the imports a type checker follows: every module can be read (and
+    typed) after the ones it names, and a background worker depends on the protocol it is given."""
+    cycle = find_cycle(import_graph(type_checking=True))
+    assert cycle is None, "import cycle (TYPE_CHECKING and function-level imports counted): " + " -> ".join(cycle or [])
+
+
+def private_imports() -> list[str]:
+    """``from .x import _name`` across modules: a module taking another module's private name (a
+    private *submodule*, such as ``from . import _kernels``, and dunders such as ``__version__`` are
+    not names of a module's own)."""
+    mods = _modules()
+    found = []
+    for name, path in mods.items():
+        if path.suffix != ".py":
+            continue
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = _resolve(name, is_package, node.level, node.module)
+            if base != "causalmem" and not base.startswith("causalmem."):
+                continue
+            for a in node.names:
+                private = a.name.startswith("_") and not (a.name.startswith("__") and a.name.endswith("__"))
+                if private and f"{base}.{a.name}" not in mods:
+                    found.append(f"{path.relative_to(PKG.parent).as_posix()}:{node.lineno}: from {base} import {a.name}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_name():
+    offenders = private_imports()
+    assert not offenders, "private names imported across modules:\n" + "\n".join(offenders)
 
 
 _SQL = re.compile(r"\b(SELECT\s+\S|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|INDEX)|"

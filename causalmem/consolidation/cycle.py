@@ -16,7 +16,7 @@ from ..store.base import POLARITY_CODES, SOURCE_CODES, SUBTYPE_CODES, StoreBacke
 from ..types import CLOCK_AHEAD, Relation, SleepReport
 from .mining import Docs, decision_docs, linked_pairs, mine, token_diversity, unique
 from .transfer import transfer_links
-from .report import _Progress, _Timer, make_report
+from .report import Progress, Timer, make_report
 from .supersession import JudgePlan, ask_judge, plan_judging, run_judge, still_current, supersession_pairs
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -149,8 +149,8 @@ def sleep(store: StoreBackend, *, config: Config, now: float, dry_run: bool = Fa
                              llm_budget=llm_budget)
     now = float(now)
     big = progress and (store.edge_count() >= PROGRESS_MIN_ROWS)
-    bar = _Progress(bool(big))
-    timer = _Timer(bar)
+    bar = Progress(bool(big))
+    timer = Timer(bar)
     counts: dict[str, Any] = {"dry_run": bool(dry_run)}
 
     # stage 0: novelty gate (read only)
@@ -212,7 +212,7 @@ def _last_sleep(store: StoreBackend) -> float:
     return value
 
 
-def _cycle(store: StoreBackend, *, config: Config, now: float, judge, prefilter, action: str, early, timer: _Timer,
+def _cycle(store: StoreBackend, *, config: Config, now: float, judge, prefilter, action: str, early, timer: Timer,
            counts: dict[str, Any]) -> dict[str, Any]:
     last_sleep = _last_sleep(store)
 

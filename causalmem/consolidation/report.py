@@ -11,10 +11,10 @@ from ..types import SleepReport
 
 log = logging.getLogger("causalmem")
 
-__all__ = ["format_report", "make_report"]
+__all__ = ["format_report", "make_report", "Progress", "Timer"]
 
 
-class _Progress:
+class Progress:
     """A few-line progress bar on stderr (only when asked and the store is large)."""
 
     STAGES = ("judge", "load", "reactivation", "q_update", "supersession", "generalization", "decay",
@@ -44,8 +44,8 @@ class _Progress:
             self.stream.flush()
 
 
-class _Timer:
-    def __init__(self, progress: _Progress) -> None:
+class Timer:
+    def __init__(self, progress: Progress) -> None:
         self.elapsed: dict[str, float] = {}
         self.progress = progress
         self._t = time.perf_counter()

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
 
+from ..background import start_thread
 from ..errors import SchemaVersionError, StoreError
 from ..types import Relation
 from ._common import (
@@ -260,8 +261,7 @@ class _Checkpointer:
         if self._stop:
             return
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="causalmem-checkpoint", daemon=True)
-            self._thread.start()
+            self._thread = start_thread("causalmem-checkpoint", self._run)  # an exception: logged, ends it
         self._wake.set()
 
     def _run(self) -> None:

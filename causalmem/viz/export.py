@@ -6,12 +6,45 @@ import shutil
 import subprocess
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import style
 
-if TYPE_CHECKING:  # pragma: no cover  (SubGraph's to_dot/to_networkx import this module: no runtime cycle)
-    from .subgraph import SubGraph
+
+
+class SubGraph(Protocol):
+    """What the exports read of a ``causalmem.viz.SubGraph`` (this module does not import it:
+    ``SubGraph.to_dot`` / ``to_networkx`` import this one)."""
+
+    @property
+    def query(self) -> str | None: ...
+
+    @property
+    def direction(self) -> str: ...
+
+    @property
+    def nodes(self) -> tuple[Any, ...]: ...
+
+    @property
+    def edges(self) -> tuple[Any, ...]: ...
+
+    @property
+    def seeds(self) -> tuple[str, ...]: ...
+
+    @property
+    def label(self) -> str | None: ...
+
+    @property
+    def summary(self) -> str: ...
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def truncated(self) -> bool: ...
+
+
+    def as_dict(self) -> dict[str, Any]: ...
 
 
 def _check(sg: Any) -> SubGraph:
