@@ -20,6 +20,7 @@ import asyncio
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 
 pytest.importorskip("langgraph")
@@ -425,13 +426,20 @@ def test_search_items(store):
 
 # ---------------------------------------------------------------------------- filters
 def test_filter_keys_are_never_code(store):
-    """[sqlite] test_sql_injection_vulnerability (adapted: this store builds no SQL from filter keys, so a
-    hostile key is just a field name no item has; the contract kept is that nothing private leaks)."""
-    store.put(("docs",), "public", {"access": "public", "data": "public info"})
+    """[sqlite] test_sql_injection_vulnerability: a filter key that is not a field name (letters, digits,
+    "_", "-", "." for nesting) is refused with ValueError("Invalid filter key ..."), as LangGraph's stores do,
+    on search and in a batch; plain, dotted, hyphenated and non-ASCII field names still work."""
+    store.put(("docs",), "public", {"access": "public", "data": "public info", "user": {"é-tag": "x"}})
     store.put(("docs",), "private", {"access": "private", "data": "secret", "password": "123"})
     normal = store.search(("docs",), filter={"access": "public"})
     assert [i.value["access"] for i in normal] == ["public"]
-    assert store.search(("docs",), filter={"access') = 'public' OR '1'='1' OR json_extract(value, '$.": "x"}) == []
+    for bad in ("access') = 'public' OR '1'='1' OR json_extract(value, '$.", "a b", "a'b", 'a"b', "a[0]",
+                "a;b", "$.access", "access)"):
+        with pytest.raises(ValueError, match="Invalid filter key"):
+            store.search(("docs",), filter={bad: "dummy"})
+        with pytest.raises(ValueError, match="Invalid filter key"):
+            store.batch([SearchOp(("docs",), filter={bad: "dummy"})])
+    assert [i.key for i in store.search(("docs",), filter={"user.é-tag": "x"})] == ["public"]
 
 
 def test_filter_values_are_literal(store):
@@ -724,21 +732,41 @@ def test_vector_search_edge_cases(vstore):
 
 
 def test_embed_with_path(vstore):
-    """[sqlite] test_embed_with_path (adapted: causalmem indexes an item as one chunk, the texts of its
-    fields joined, not one vector per field, and ranks by its fused score; so the ranking assertions are
-    kept and the per-field cosine thresholds (> 0.9, < 0.9) are left out)"""
+    """[sqlite] test_embed_with_path: with an index, every indexed field has its own vector and an item's
+    score is its best field's cosine similarity to the query: an exact match of one field scores > 0.9
+    whatever the item's other fields; an unindexed field's text scores < 0.9 for both items."""
     s = vstore(fields=["key0", "key1", "key3"])
     s.put(("test",), "doc1", {"key1": "xxx", "key2": "yyy", "key3": "zzz"})
     s.put(("test",), "doc2", {"key0": "uuu", "key1": "vvv", "key2": "www", "key3": "xxx"})
     r = s.search(("test",), query="xxx")
     assert len(r) == 2 and r[0].key != r[1].key
+    assert r[0].score > 0.9 and r[1].score > 0.9
     r = s.search(("test",), query="uuu")
-    assert r[0].key == "doc2" and (len(r) == 1 or r[0].score > r[1].score)
+    assert len(r) == 2 and r[0].key == "doc2" and r[0].score > r[1].score
     r = s.search(("test",), query="zzz")
-    assert r[0].key == "doc1" and (len(r) == 1 or r[0].score > r[1].score)
-    # key2 is not indexed: its text is in neither chunk, lexically nothing matches "www"
-    r = s.search(("test",), query="www")
-    assert all(h.score < s.search(("test",), query="xxx")[0].score for h in r)
+    assert len(r) == 2 and r[0].key == "doc1" and r[0].score > r[1].score
+    r = s.search(("test",), query="www")  # key2 is not indexed
+    assert len(r) == 2 and all(h.score < 0.9 for h in r)
+
+
+@pytest.mark.parametrize("query", ["aaa", "bbb", "abcd", "zebra crossing"])
+def test_index_score_is_the_cosine_of_query_and_field(vstore, fake_embeddings, query, tmp_path):
+    """[sqlite] test_scores: the score is the cosine similarity of the query's vector and the indexed
+    field's vector (to 1e-3), whether similar or not; it holds after the store is reopened."""
+    s = vstore(fields=["key0"], path=tmp_path / "scores.db")
+    s.put(("test",), "doc", {"key0": "aaa", "other": "zzz"})
+    q = np.asarray(fake_embeddings.embed_query(query))
+    d = np.asarray(fake_embeddings.embed_documents(["aaa"])[0])
+    expected = float(q @ d / (np.linalg.norm(q) * np.linalg.norm(d)))
+    r = s.search((), query=query)
+    assert len(r) == 1 and r[0].score == pytest.approx(expected, abs=1e-3)
+    s.close()
+    again = CausalMemStore(tmp_path / "scores.db", index={"dims": fake_embeddings.dims, "embed": fake_embeddings,
+                                                          "fields": ["key0"]})
+    try:
+        assert again.search((), query=query)[0].score == pytest.approx(expected, abs=1e-3)
+    finally:
+        again.close()
 
 
 def test_embed_with_path_operation_config(vstore):

@@ -9,10 +9,14 @@
 Each item is one causalmem chunk: its text (the item's ``fields``, or every string in the value) is
 indexed by causalmem's lexical, semantic and graph channels, and the chunk's metadata keeps the item
 losslessly: the namespace as a list of labels, the key, the value, ``created_at`` and ``updated_at``.
-``search(prefix, query=...)`` is causalmem's hybrid search restricted to the prefix; without a query
-it lists the prefix, newest first. Filters use LangGraph's operators on value fields (``$eq``,
-``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``; dotted keys reach nested fields; a list or dict
-filter matches by containment, as PostgreSQL's JSONB does).
+``search(prefix, query=...)`` is causalmem's hybrid search restricted to the prefix (score: the fused
+score); without a query it lists the prefix, newest first. With an ``index`` configured, a query search
+follows LangGraph's stores instead: each indexed text has its own vector (embedded on put), an item's
+score is its best field's cosine similarity to the query (an exact match scores ~1), and items rank by
+it. Filters use LangGraph's operators on value fields (``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``,
+``$lte``; dotted keys reach nested fields; a list or dict filter matches by containment, as
+PostgreSQL's JSONB does); a filter key must be a field name (letters, digits, ``_``, ``-``, ``.``),
+anything else is ``ValueError("Invalid filter key ...")``.
 
 Learning from the caller: ``store.feedback(item.namespace, item.key, reward)`` says a search result
 helped (reward > 0) or hurt (< 0), in [-1, 1]; its Q-value moves and it ranks higher (or lower) in the
@@ -32,6 +36,7 @@ import datetime as _dt
 import json
 import math
 import os
+import re
 import threading
 import weakref
 from dataclasses import dataclass
@@ -68,6 +73,9 @@ def _ns_key(ns: Sequence[str]) -> str:
     # Labels cannot contain "." (LangGraph's rule, checked on every operation): joining is lossless.
     return ".".join(ns)
 _OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
+# A filter key is a field name, dotted for nested fields: letters, digits, "_", "-" and "." only (as
+# LangGraph's stores require; anything else, e.g. quotes or brackets, is refused, never interpreted).
+_FILTER_KEY = re.compile(r"[\w.-]+")
 
 
 @dataclass
@@ -77,6 +85,8 @@ class _Record:
     created_at: float
     updated_at: float
     indexed: bool
+    fields: list[str] | None = None  # the index fields of its put (None: the store's)
+    vecs: np.ndarray | None = None  # with an index: one unit vector per indexed text (computed lazily)
 
 
 class _LangChainEmbedder:
@@ -155,6 +165,9 @@ def _check_filter(flt: Any) -> dict[str, Any]:
     for k, cond in flt.items():
         if not isinstance(k, str) or not k:
             raise ValueError(f"filter keys must be non-empty field names (dotted for nested fields), got {k!r}")
+        if not _FILTER_KEY.fullmatch(k):
+            raise ValueError(f"Invalid filter key: {k!r}. Filter keys are field names (dotted for nested "
+                             "fields) of letters, digits, underscores, hyphens and dots only")
         if isinstance(cond, Mapping) and any(isinstance(o, str) and o.startswith("$") for o in cond):
             bad = [o for o in cond if o not in _OPERATORS]
             if bad:
@@ -283,27 +296,76 @@ class CausalMemStore(BaseStore):
             if not isinstance(meta, Mapping):
                 continue
             ns = tuple(meta["namespace"])
+            fields = meta.get("fields")
             self._items.setdefault(ns, {})[meta["key"]] = _Record(
                 chunk.id, meta["value"], float(meta["created_at"]), float(meta["updated_at"]),
-                bool(meta.get("indexed", True)))
+                bool(meta.get("indexed", True)), list(fields) if isinstance(fields, list) else None)
 
-    def _text(self, key: str, value: Mapping[str, Any], index: Any) -> tuple[str, bool]:
+    def _fields_of(self, index: Any) -> list[str]:
         if index is False:
-            fields: list[str] = []
-        elif index is None:
-            fields = self.fields
-        else:
-            if isinstance(index, str) or not all(isinstance(f, str) for f in index):
-                raise ValueError(f"index must be False, None or a list of field paths, got {index!r}")
-            fields = list(index)
+            return []
+        if index is None:
+            return self.fields
+        if isinstance(index, str) or not all(isinstance(f, str) for f in index):
+            raise ValueError(f"index must be False, None or a list of field paths, got {index!r}")
+        return list(index)
+
+    @staticmethod
+    def _parts(value: Mapping[str, Any], fields: Sequence[str]) -> list[str]:
         parts: list[str] = []
         for f in fields:
             parts.extend(_leaf_texts(value) if f == "$" else
                          [t for t in get_text_at_path(value, f) if isinstance(t, str) and t.strip()])
+        return parts
+
+    def _text(self, key: str, value: Mapping[str, Any], index: Any) -> tuple[str, bool]:
+        parts = self._parts(value, self._fields_of(index))
         if parts:
             return "\n".join(parts), True
         # A chunk needs text: an unindexed (or empty) item is stored under its key and never ranked.
         return key, False
+
+    # ------------------------------------------------------------------ per-field vectors (index configured)
+    def _field_encoder(self) -> Any:
+        """With an ``index`` configured: the encoder of the indexed fields (LangGraph's semantics: each
+        indexed text has its own vector, an item's score is its best field's cosine similarity to the
+        query). None without an index (then the score is causalmem's fused score)."""
+        if self.index_config is None:
+            return None
+        if getattr(self, "embeddings", None) is not None:
+            return self.embeddings
+        return self.memory.embedder
+
+    @staticmethod
+    def _unit(vecs: Any) -> np.ndarray:
+        a = np.asarray(vecs, dtype=np.float64)
+        if a.ndim == 1:
+            a = a[None, :]
+        n = np.linalg.norm(a, axis=1, keepdims=True)
+        return a / np.where(n > 0, n, 1.0)
+
+    def _encode_docs(self, enc: Any, texts: list[str]) -> np.ndarray:
+        if hasattr(enc, "embed_documents"):
+            return self._unit(enc.embed_documents(texts))
+        return self._unit(enc.encode(texts))
+
+    def _encode_query(self, enc: Any, text: str) -> np.ndarray:
+        if hasattr(enc, "embed_query"):
+            return self._unit(enc.embed_query(text))[0]
+        return self._unit(enc.encode([text]))[0]
+
+    def _vectors(self, enc: Any, recs: Sequence[_Record]) -> None:
+        """Fill ``vecs`` of the records that have none, with one batched call."""
+        todo = [(r, self._parts(r.value, r.fields if r.fields is not None else self.fields))
+                for r in recs if r.vecs is None]
+        texts = [t for _, parts in todo for t in parts]
+        if not texts:
+            return
+        mat = self._encode_docs(enc, texts)
+        i = 0
+        for r, parts in todo:
+            r.vecs = mat[i:i + len(parts)]
+            i += len(parts)
 
     # ------------------------------------------------------------------ operations
     def _get(self, op: GetOp) -> Item | None:
@@ -338,8 +400,9 @@ class CausalMemStore(BaseStore):
         text, indexed = self._text(op.key, value, op.index)
         now = self.memory.now()
         created = old.created_at if old is not None else now
+        fields = self._fields_of(op.index)
         meta = {_META: {"namespace": list(ns), "key": op.key, "value": value, "created_at": created,
-                        "updated_at": now, "indexed": indexed},
+                        "updated_at": now, "indexed": indexed, "fields": fields},
                 # every prefix of the namespace, so a search inside a prefix is one metadata filter
                 _PREFIXES: [_ns_key(ns[:i]) for i in range(1, len(ns) + 1)]}
         if old is None:
@@ -348,7 +411,11 @@ class CausalMemStore(BaseStore):
             chunk_id = old.chunk_id
             current = self.memory.get(chunk_id).text
             self.memory.update(chunk_id, text if text != current else None, metadata=meta)
-        self._items.setdefault(ns, {})[op.key] = _Record(chunk_id, value, created, now, indexed)
+        rec = _Record(chunk_id, value, created, now, indexed, fields)
+        enc = self._field_encoder() if indexed else None
+        if enc is not None:  # as LangGraph's stores: embedded on put
+            self._vectors(enc, [rec])
+        self._items.setdefault(ns, {})[op.key] = rec
 
     def _in_prefix(self, prefix: tuple[str, ...], flt: dict[str, Any]) -> list[tuple[tuple[str, ...], str, _Record]]:
         out = []
@@ -374,7 +441,20 @@ class CausalMemStore(BaseStore):
             return [self._search_item(ns, key, rec, None) for ns, key, rec in cands[offset:offset + limit]]
         by_chunk = {rec.chunk_id: (ns, key, rec) for ns, key, rec in cands if rec.indexed}
         ranked: list[SearchItem] = []
-        if by_chunk:
+        enc = self._field_encoder()
+        if by_chunk and enc is not None:
+            # an index is configured: LangGraph's score, the best indexed field's cosine similarity
+            recs = [c[2] for c in by_chunk.values()]
+            self._vectors(enc, recs)
+            q = self._encode_query(enc, query)
+            scored = []
+            for ns, key, rec in by_chunk.values():
+                vecs = rec.vecs if rec.vecs is not None else np.zeros((0, q.shape[0]))
+                score = float(np.max(vecs @ q)) if len(vecs) else 0.0
+                scored.append((-score, ns, key, rec))
+            scored.sort(key=lambda t: (t[0], t[1], t[2]))
+            ranked = [self._search_item(ns, key, rec, -neg) for neg, ns, key, rec in scored]
+        elif by_chunk:
             # LangGraph's stores embed on put (read-your-writes for vector search); causalmem embeds
             # in the background, so a query search waits for the items written so far
             self.memory.wait_embedded()
