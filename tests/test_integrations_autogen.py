@@ -263,3 +263,27 @@ def test_feedback_and_confirm_bad_arguments_and_scope_wall(db_path):
         shared.close()
 
     asyncio.run(main())
+
+
+def test_json_content_must_be_a_json_object(db_path):
+    """AutoGen's JSON MIME type holds a dict (its ChromaDB memory raises "JSON content must be a dict"):
+    a plain string typed JSON is refused, nothing is stored; a string holding a JSON object is stored as
+    that object and comes back as a dict typed JSON; a dict round-trips."""
+    async def main():
+        mem = CausalMemory(str(db_path), user_id="u", embedder=None)
+        for bad in ("the payments team is on call", "[1, 2, 3]", "42", '"quoted"', "{not json"):
+            with pytest.raises(ValueError, match="JSON content must be a dict"):
+                await mem.add(MemoryContent(content=bad, mime_type=MemoryMimeType.JSON))
+        assert mem.memory.get_all(user_id="u") == []
+        await mem.add(MemoryContent(content='{"team": "payments", "oncall": "Kim"}', mime_type=MemoryMimeType.JSON))
+        await mem.add(MemoryContent(content={"team": "search", "oncall": "Ana"}, mime_type="application/json"))
+        res = (await mem.query("payments oncall")).results
+        got = {r.content["team"]: r for r in res}
+        assert set(got) == {"payments", "search"}
+        for r in res:
+            assert isinstance(r.content, dict)
+            assert r.mime_type == MemoryMimeType.JSON.value or r.mime_type == MemoryMimeType.JSON
+        assert got["payments"].content == {"team": "payments", "oncall": "Kim"}
+        await mem.close()
+
+    asyncio.run(main())
