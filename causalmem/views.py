@@ -18,7 +18,6 @@ import contextlib
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
@@ -28,29 +27,25 @@ from . import sidecar
 from .chunks import ChunkTable
 from .metadata_filter import FilterCache
 from .embedding import CLOSE_DRAIN_S, EmbeddingWorker, HandOff, OwnRows, Progress, continue_handed_off, \
-    embed_pending, embed_rows, hand_off, handoff_setting, model_loaded, query_encoder_ready
+    embed_pending, embed_rows, hand_off, handoff_setting, model_loaded
 from .config import Config
 from .lexical import BM25Index
-from .onnx_embedder import QueryVectorCache
 from .graph import CausalGraph
 from .projection import Projection
-from .semantic import Embedder, resolve_embedder, vector_to_blob
-from .vector_index import UNKNOWN_HASH, IndexKeeper, VectorIndex, decode_rows, stamp_sidecar
-from .store.base import ChunkColumns, EmbeddingRow, StoreBackend, text_hash
+from .semantic import Embedder
+from .vector_index import UNKNOWN_HASH, IndexKeeper, VectorIndex, decode_rows
+from .store.base import ChunkColumns, StoreBackend, text_hash
 from .errors import StoreError
 from .types import Relation, check_clock_value
 from .background import Background
 from .reinforcement import Reinforcement
+from .view_vectors import FAST_LOAD_WAIT_S, SCOPE_FROM_STORE, PendingQuery, VectorView  # noqa: F401
 from .write_gate import WriteGate
 
 log = logging.getLogger("causalmem")
 
 __all__ = ["Views", "NewChunk", "Effects", "Scope"]
 
-#: while the vector index loads, a scope of at most this many chunks is searched exactly from the store
-SCOPE_FROM_STORE = 4096
-#: a search waits this long (outside the lock) for a vector index being mapped from current files
-FAST_LOAD_WAIT_S = 2.0
 #: seconds after open before the background worker looks for an earlier process's queue
 RESUME_DELAY_S = 1.0
 #: seconds after a write before a worker not yet running starts (and loads the model)
@@ -88,53 +83,6 @@ class NewEdge(NamedTuple):
     confidence: float
 
 
-class PendingQuery:
-    """A query vector being computed on the query thread (``Views.encode_query_later``), and optionally
-    the vector search the caller handed it (``offer``): run on that thread right after the encode,
-    while the caller — holding the lock, so nothing changes the index meanwhile — does the rest."""
-
-    def __init__(self, qvec: np.ndarray | None) -> None:
-        self.qvec = qvec
-        self.future: Any = None
-        self.pool: Any = None  # the query thread's executor (set with ``future``)
-        self._lock = threading.Lock()
-        self._job: Callable[[np.ndarray], Any] | None = None
-        self._claimed = False
-        self._search: Any = None  # the job's own future when it was offered after the encode finished
-        self.searched: Any = None
-
-    def run(self, encode: Callable[[], np.ndarray]) -> np.ndarray:
-        vec = encode()[None, :]
-        with self._lock:
-            self._claimed = True
-            job = self._job
-        if job is not None:
-            self.searched = job(vec[0])
-        return vec
-
-    def offer(self, job: Callable[[np.ndarray], Any]) -> None:
-        """``job(qvec)`` to run on the query thread after the encode: picked up by the encode's task,
-        or, when the encode finished first (the caller was slow to get here), queued on the query
-        thread as a task of its own, still beside the caller's lexical channel. Ignored for a vector
-        answered at once (no query thread): then the caller runs it and ``searched`` stays None."""
-        if self.future is None:
-            return
-        with self._lock:
-            if not self._claimed:
-                self._job = job
-                return
-        future = self.future
-        self._search = self.pool.submit(lambda: job(future.result()[0]))
-
-    def result(self) -> np.ndarray | None:
-        if self.future is not None:
-            self.qvec = self.future.result()
-        if self._search is not None:
-            self.searched = self._search.result()
-            self._search = None
-        return self.qvec
-
-
 class Views:
     """Projection, chunk table, BM25 and vector index of one store, and the write protocol."""
 
@@ -166,10 +114,7 @@ class Views:
         # forgotten when their metadata may have changed (own writes: ``metadata_changed``; another
         # connection's: ``sync_external``), all of it on a purge
         self.meta_cache = FilterCache()
-        self.vectors: VectorIndex | None = None
         self._embedder_spec = embedder
-        self._embedder: Embedder | None = None
-        self._embedder_resolved = embedder is None
         self._effects: Effects | None = None
         self._data_version = store.data_version()
         self._updates_seen = store.last_update_event()
@@ -182,13 +127,12 @@ class Views:
             lambda: [(a, b, d) for (a, b), d in self.reinforcement.pending_all().items()]
         self._worker: EmbeddingWorker | None = None
         self.write_gate = WriteGate()  # writes in flight: the background worker waits for a quiet moment
+        #: the embedder, query vectors and the vector index (``view_vectors``)
+        self.vector_view = VectorView(self, embedder)
         self.keeper = IndexKeeper(self)  # loads, folds and persists the vector index (its own thread)
         self.background.add("vectors", self.keeper.stop)
         self._embed_queued = False  # this write committed chunks (or texts) without vectors
         self._closed = False
-        self.query_cache = QueryVectorCache(1024)
-        self._qpool: ThreadPoolExecutor | None = None  # the query thread (``encode_query_later``)
-        self._qpool_lock = threading.Lock()
         #: (the index files' change_seq, ids re-read) when the views were caught up from the journal
         self.caught_up: tuple[int, int] | None = None
         # views whose file is older than them by the journal's rows (a catch-up): saved in full, or
@@ -216,82 +160,6 @@ class Views:
     def now(self) -> float:
         """The clock, refused outside 1990 .. now + 1 year (a millisecond clock retires everything)."""
         return check_clock_value(self.clock(), "clock")
-
-    # ------------------------------------------------------------------ embedder
-    @property
-    def embedder(self) -> Embedder | None:
-        """The resolved embedder (``None`` when the semantic channel is off)."""
-        if not self._embedder_resolved:
-            self._embedder = resolve_embedder(self._embedder_spec)
-            self._embedder_resolved = True
-        return self._embedder
-
-    @property
-    def embedder_name(self) -> str | None:
-        """Model name of the embedder if it was already resolved (never loads a model)."""
-        return None if self._embedder is None else self._embedder.model_name
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray | None:
-        emb = self.embedder
-        if emb is None or not texts:
-            return None
-        return np.asarray(emb.encode(list(texts)), dtype=np.float32)
-
-    def encode_query(self, query: str) -> np.ndarray | None:
-        """The query's vector (1 x dim) from the LRU of query vectors; None without an embedder, and
-        None while no vector of the model is stored (a fresh store's first search loads no model)."""
-        emb = self.embedder
-        if emb is None:
-            return None
-        vi = self.vectors
-        if vi is None or not len(vi):
-            with self.lock:
-                if not self.store.has_embeddings(emb.model_name):
-                    return None
-                vi = self.vector_index()  # the keeper starts loading while the query is encoded
-        qvec = self.query_cache.get(emb, query)[None, :]
-        if vi is not None and not vi.ready:  # index files current: mapped in moments, worth a short wait
-            vi.wait_fast_load(FAST_LOAD_WAIT_S)
-        return qvec
-
-    def encode_query_later(self, query: str) -> "PendingQuery":
-        """Start encoding ``query`` on this store's query thread (the encoder releases the GIL: on 2
-        cores the caller runs the lexical channel meanwhile) and return its :class:`PendingQuery`: the
-        caller may hand it the vector search (``offer``) once it holds the lock and knows the scope, so
-        the query thread searches the index right after encoding; ``result()`` waits for both. Never
-        needs the lock to finish. An LRU hit, a missing model and a first search whose index is still
-        being mapped are answered at once, as :meth:`encode_query` does."""
-        emb = self.embedder
-        vi = self.vectors
-        if emb is None or not isinstance(query, str) or vi is None or not len(vi) or not vi.ready \
-                or not query_encoder_ready(emb):  # a session load: here, before the caller takes the lock
-            return PendingQuery(self.encode_query(query))
-        hit = self.query_cache.peek(emb, query)
-        if hit is not None:
-            return PendingQuery(hit[None, :])
-        pending = PendingQuery(None)
-        with self._qpool_lock:
-            if self._qpool is None:
-                self._qpool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="causalmem-query")
-                self.background.add("query", self._stop_query_thread)
-            pending.pool = self._qpool
-            pending.future = self._qpool.submit(pending.run, lambda: self.query_cache.get(emb, query))
-        return pending
-
-    def store_vectors(self, items: Sequence[tuple[int, str, np.ndarray]]) -> None:
-        """Persist (nid, text, vector) rows for the current embedder, in the caller's transaction."""
-        emb = self.embedder
-        if emb is None or not items:
-            return
-        # a chunk purged (by any process) while its text was being encoded gets no vector: the row
-        # would bring the purged vector back (and break the chunks reference)
-        present = self.store.chunk_rows_by_nid([nid for nid, _, _ in items])
-        items = [it for it in items if it[0] in present]
-        if not items:
-            return
-        self.store.put_embeddings(EmbeddingRow(nid, emb.model_name, emb.dim, text_hash(t), vector_to_blob(v))
-                                  for nid, t, v in items)
-        self._note("v", [nid for nid, _, _ in items])  # the vector index files catch up from these
 
     # ------------------------------------------------------------------ background embedding
     def reset_embedded_mark(self) -> None:
@@ -381,7 +249,7 @@ class Views:
         with self.lock:
             rows = self.own_rows.past(self.embedded_below) if self.embedded_below > 0 else self.own_rows
         drain_all = self.handoff == "drain"
-        if not drain_all and not model_loaded(self._embedder):
+        if not drain_all and not model_loaded(self.vector_view.resolved):
             return self._handoff_rows(rows)
         worker.stop()  # its current sub-batch ends; the own rows are embedded here instead
         try:
@@ -415,51 +283,6 @@ class Views:
             self.wait_embedded()
         self._closed = True
         self.background.stop("query", "embed", "vectors")
-
-    def _stop_query_thread(self, timeout: float | None = None) -> None:
-        with self._qpool_lock:
-            pool, self._qpool = self._qpool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
-
-    def vector_coverage(self, mask: np.ndarray | None = None) -> tuple[int, int]:
-        """(chunks with a vector in the loaded index, chunks) within ``mask`` (a scope mask)."""
-        vindex = self.vectors
-        if mask is None:
-            table = self.chunks
-            mask = table.alive[: table.n] if table is not None else np.zeros(0, dtype=bool)
-        total = int(np.count_nonzero(mask))
-        if vindex is None or not total:
-            return 0, total
-        if not vindex.ready:  # still loading: what the store holds
-            emb = self.embedder
-            nids = np.flatnonzero(mask)
-            if emb is None or nids.shape[0] > SCOPE_FROM_STORE:
-                return vindex.count_in(mask), total
-            return len(self.store.embeddings_of(nids.tolist(), emb.model_name)), total
-        return vindex.count_in(mask), total
-
-    def vectors_stored(self, fx: Effects, nids: Sequence[int], model: str, dim: int,
-                       hashes: Sequence[int] | None = None) -> None:
-        """Vectors of ``nids`` (computed from texts with ``hashes``) were stored: after commit the loaded
-        index takes the still-current ones."""
-        def apply() -> None:
-            if self.vectors is None:
-                return
-            got = self.store.embeddings_of(list(nids), model)
-            if got:
-                ids, vecs = decode_rows(got, dim)
-                hmap = dict(zip(nids, hashes)) if hashes is not None else {}
-                alive = self.chunks.alive if self.chunks is not None else None
-                if alive is not None:
-                    keep = (ids < alive.shape[0]) & alive[np.minimum(ids, max(alive.shape[0] - 1, 0))]
-                    ids, vecs = ids[keep], vecs[keep]
-                if len(ids):
-                    self.vectors.add(ids, vecs, None if not hmap else [hmap.get(int(i), UNKNOWN_HASH) for i in ids])
-                    if self.vectors.needs_fold():
-                        self.keeper.kick()
-
-        fx.append(apply)
 
     def reembed(self, model_name: str, progress: Progress | None = None) -> int:
         """Vectors for every chunk whose text or model changed, in this thread; returns how many."""
@@ -499,12 +322,14 @@ class Views:
         return self.chunks, self.lexical
 
     # ------------------------------------------------------------------ sidecar snapshots
-    def _read_seq(self) -> int | None:
+    def read_seq(self) -> int | None:
         """The store's change counter; None when the backend has none or the database has never
         been written by a version that keeps it (0): index files are neither trusted nor saved then."""
         change_seq = getattr(self.store, "change_seq", None)
         value = 0 if change_seq is None else int(change_seq())
         return value if value > 0 else None
+
+    _read_seq = read_seq
 
     def _load_tables(self, seq: int | None) -> tuple[ChunkTable | None, BM25Index | None]:
         """Chunk table and BM25 index from their sidecar files: each as saved when it matches
@@ -751,120 +576,67 @@ class Views:
                 sidecar.prune_journal(directory, min(known))
         return written
 
-    def stamp_vectors(self) -> bool:
-        """At close: when the vector index holds the store's current state, record it in the index
-        files' header (with a small delta file), so the next open maps them without reading the store."""
-        vi, directory = self.vectors, self.sidecar_dir
-        if vi is None or directory is None or getattr(self.store, "read_only", False):
-            return False
-        with self.lock:
-            try:
-                self.sync_external()
-                seq = vi.seq
-                if seq is None or self._read_seq() != seq or not vi.ready or vi is not self.vectors:
-                    return False
-                with sidecar.index_lock(directory):  # checked again there: see ``_save_locked``
-                    self.sync_external()
-                    if vi.seq != seq or self._read_seq() != seq or vi is not self.vectors:
-                        return False
-                    return stamp_sidecar(directory, vi, seq)
-            except Exception as exc:  # a full disk or a read-only directory must not fail close()
-                log.warning("causalmem: could not stamp the vector index in %s: %s", directory, exc)
-                return False
+    # ------------------------------------------------------------------ the vector side (``view_vectors``)
+    @property
+    def vectors(self) -> VectorIndex | None:
+        """The vector index (None until first use, or after a reset)."""
+        return self.vector_view.index
+
+    @vectors.setter
+    def vectors(self, index: VectorIndex | None) -> None:
+        self.vector_view.index = index
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The resolved embedder (``None`` when the semantic channel is off)."""
+        return self.vector_view.embedder
+
+    @property
+    def _embedder(self) -> Embedder | None:
+        return self.vector_view.resolved
+
+    @property
+    def embedder_name(self) -> str | None:
+        return self.vector_view.embedder_name
+
+    @property
+    def query_cache(self) -> Any:
+        return self.vector_view.query_cache
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray | None:
+        return self.vector_view.encode(texts)
+
+    def encode_query(self, query: str) -> np.ndarray | None:
+        return self.vector_view.encode_query(query)
+
+    def encode_query_later(self, query: str) -> PendingQuery:
+        return self.vector_view.encode_query_later(query)
+
+    def store_vectors(self, items: Sequence[tuple[int, str, np.ndarray]]) -> None:
+        self.vector_view.store_vectors(items)
+
+    def vectors_stored(self, fx: Effects, nids: Sequence[int], model: str, dim: int,
+                       hashes: Sequence[int] | None = None) -> None:
+        self.vector_view.vectors_stored(fx, nids, model, dim, hashes)
 
     def vector_index(self) -> VectorIndex | None:
-        """The vector index (created empty: the keeper thread loads the stored vectors into it).
-
-        Never embeds nor loads here: chunks without vectors are the background worker's queue, the
-        stored vectors are read by the keeper; until it is ``ready`` :meth:`vector_search` answers
-        small scopes from the store (explain=True shows the coverage)."""
-        emb = self.embedder
-        if emb is None:
-            return None
-        self.sync_external()
-        if self.vectors is None:
-            cfg = self.config
-            index = VectorIndex(emb.dim, ann_min=cfg.vector_ann_min, quantization=cfg.vector_quantization)
-            self.vectors = index
-            if self.store.has_embeddings(emb.model_name):
-                index.mark_loading()
-                self.keeper.kick()
-            else:  # nothing to load: the empty index is the store's state
-                index.seq = self.vector_seq_now()
-        return self.vectors
+        return self.vector_view.get_index()
 
     def vector_search(self, qvec: np.ndarray, top_k: int, mask: np.ndarray | None, *,
                       on_query_thread: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """The semantic channel's candidates (ids, cosines) within ``mask``; the caller holds the lock
-        (``on_query_thread``: the searching thread holds it and waits for this one, which then only
-        searches a ready index — nothing else — and returns None otherwise).
-
-        While the index is still loading, a scope of at most ``SCOPE_FROM_STORE`` chunks is scored
-        exactly from the stored vectors and a larger one gets no semantic candidates yet."""
-        empty = (np.empty(0, np.int64), np.empty(0, np.float32))
-        if on_query_thread:  # no sync with the store here: the searching thread did it under the lock
-            vi = self.vectors
-            if vi is None or not vi.ready:
-                return None  # type: ignore[return-value]
-            return vi.search(qvec, top_k=top_k, allowed=mask) if len(vi) else empty
-        vi = self.vector_index()
-        if vi is None:
-            return empty
-        if vi.ready:
-            return vi.search(qvec, top_k=top_k, allowed=mask) if len(vi) else empty
-        emb = self.embedder
-        table = self.chunks
-        if mask is None:
-            mask = table.alive[: table.n] if table is not None else np.zeros(0, dtype=bool)
-        nids = np.flatnonzero(mask)
-        if emb is None or nids.shape[0] == 0 or nids.shape[0] > SCOPE_FROM_STORE:
-            return empty
-        got = self.store.embeddings_of(nids.tolist(), emb.model_name)
-        if not got:
-            return empty
-        ids, vecs = decode_rows(got, emb.dim)
-        q = np.asarray(qvec, dtype=np.float32).reshape(-1)
-        q = q / max(float(np.linalg.norm(q)), 1e-12)
-        scores = (vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)) @ q
-        order = np.lexsort((ids, -scores))[:top_k]
-        return ids[order], scores[order].astype(np.float32)
+        return self.vector_view.search(qvec, top_k, mask, on_query_thread=on_query_thread)
 
     def cosines(self, qvec: np.ndarray, nids: Sequence[int]) -> dict[int, float]:
-        """Cosine of ``qvec`` with each chunk's vector (chunks without one left out)."""
-        vi = self.vectors
-        if vi is None or not nids:
-            return {}
-        ids = np.asarray(nids, dtype=np.int64)
-        got = vi.cosine(qvec, ids)
-        out = {int(n): float(c) for n, c in zip(ids.tolist(), got.tolist()) if c == c}
-        emb = self.embedder
-        if not vi.ready and emb is not None:  # loading: the store has the rest
-            rest = [int(n) for n in ids.tolist() if int(n) not in out]
-            rows = self.store.embeddings_of(rest, emb.model_name) if rest else []
-            if rows:
-                rid, vecs = decode_rows(rows, emb.dim)
-                q = np.asarray(qvec, dtype=np.float32).reshape(-1)
-                q = q / max(float(np.linalg.norm(q)), 1e-12)
-                sc = (vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)) @ q
-                out.update(zip(rid.tolist(), sc.tolist()))
-        return out
+        return self.vector_view.cosines(qvec, nids)
 
     def vectors_of(self, nids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk nids that have a vector, their vectors): from the loaded index, while it loads from the store."""
-        vi = self.vectors
-        ids = np.asarray(nids, dtype=np.int64)
-        emb = self.embedder
-        if vi is None or emb is None or not len(ids):
-            return np.empty(0, np.int64), np.empty((0, 0), np.float32)
-        got, mat = vi.vectors_of(ids)
-        if not vi.ready and len(got) < len(ids):  # loading: the store has the rest
-            rest = np.setdiff1d(ids, got)
-            rows = self.store.embeddings_of(rest.tolist(), emb.model_name)
-            if rows:
-                rid, vecs = decode_rows(rows, emb.dim)
-                vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
-                got, mat = np.concatenate([got, rid]), np.vstack([mat, vecs.astype(np.float32)])
-        return got, mat
+        return self.vector_view.vectors_of(nids)
+
+    def vector_coverage(self, mask: np.ndarray | None = None) -> tuple[int, int]:
+        return self.vector_view.coverage(mask)
+
+    def stamp_vectors(self) -> bool:
+        return self.vector_view.stamp()
 
     # ------------------------------------------------------------------ the write protocol
     @contextlib.contextmanager
@@ -1040,7 +812,7 @@ class Views:
         if any(k in delta for k in ("oi", "ou", "od")):  # learned links changed elsewhere: exact rebuild
             self.projection.mark_stale()
         vids = sorted(set(delta.get("vi", ())) | set(delta.get("vu", ())))
-        emb = self._embedder
+        emb = self.vector_view.resolved
         if vids and self.vectors is not None and emb is not None:
             got = self.store.embeddings_of(vids, emb.model_name)
             if got:
@@ -1316,9 +1088,17 @@ class Views:
     def _queued(self) -> list[tuple[float, list[int], list[list[int]]]]:
         return self.reinforcement.queued
 
+    @_queued.setter
+    def _queued(self, value: list[tuple[float, list[int], list[list[int]]]]) -> None:
+        self.reinforcement.queued = value
+
     @property
     def _pending_co(self) -> dict[tuple[int, int], float]:
         return self.reinforcement.pending_co
+
+    @_pending_co.setter
+    def _pending_co(self, value: dict[tuple[int, int], float]) -> None:
+        self.reinforcement.pending_co = value
 
     @property
     def _flusher(self) -> Any:
