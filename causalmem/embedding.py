@@ -1,4 +1,4 @@
-"""Embedding off the write path (issue 10): a background worker fills vectors in large batches.
+"""Embedding off the write path: a background worker fills vectors in large batches.
 
 Views layer (it keeps the vector view filled). Writes commit text, edges and lexical postings
 without vectors; the queue is the store itself — the live chunks without a current vector for the embedder's model
