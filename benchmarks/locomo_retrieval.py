@@ -762,6 +762,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--configs", default="", help="comma-separated substrings selecting configurations")
     ap.add_argument("--grid", choices=("full", "none"), default="full", help="'none': shipped constants only")
     ap.add_argument("--no-reinforce-run", action="store_true", help="skip the reinforce=on runs")
+    ap.add_argument("--params", default="",
+                    help="RetrievalParams overrides applied at every grid point, e.g. 'entity_hop=1'")
     ap.add_argument("--raw-cosine", action="store_true",
                     help="ablation: raw cosines in the blend (no centring on the candidates' mean vector), semantic "
                     "weight 2 shipped (the fusion before centring)")
@@ -789,6 +791,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from causalmem import projection
 
         projection.CO_OCCURRENCE_COEFFICIENT = args.co_coefficient
+    if args.params:  # every grid point (the shipped one too) with these RetrievalParams overrides
+        over: dict[str, Any] = {}
+        for item in args.params.split(","):
+            key, _, raw = item.partition("=")
+            cur = getattr(retrieval.PARAMS, key.strip(), None)
+            if cur is None:
+                raise SystemExit(f"locomo_retrieval: --params {item!r}: RetrievalParams has no field {key.strip()!r}")
+            over[key.strip()] = raw.strip() in ("1", "true", "True") if isinstance(cur, bool) else type(cur)(float(raw))
+        retrieval.PARAMS = replace(retrieval.PARAMS, **over)
     if args.raw_cosine:
         retrieval.PARAMS = replace(retrieval.PARAMS, centre=False)  # raw cosine weight raw_weight x blend_vec = 2
         GRID_AXES["blend_vec"] = (1.0, 0.25, 0.5, 1.5, 0.0)  # raw weights 2, 0.5, 1, 3, 0 (the grid before)
