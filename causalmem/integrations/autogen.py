@@ -107,16 +107,17 @@ class CausalMemory(_AutogenMemory, Component[CausalMemoryConfig]):
         if mime not in _TEXT_TYPES:
             raise ValueError(f"content.mime_type {mime!r} is not supported; causalmem stores text: "
                              f"{sorted(_TEXT_TYPES)}")
-        value = content.content
+        value: Any = content.content
         if mime == MemoryMimeType.JSON.value and isinstance(value, str):
             # AutoGen's JSON content is a dict; a string is taken only when it holds a JSON object
+            raw = value
             try:
-                value = json.loads(value)
+                value = json.loads(raw)
             except ValueError:
                 value = None
             if not isinstance(value, dict):
                 raise ValueError("JSON content must be a dict (or a string holding a JSON object), got "
-                                 f"{content.content[:80]!r}; use MemoryMimeType.TEXT for plain text")
+                                 f"{raw[:80]!r}; use MemoryMimeType.TEXT for plain text")
         if isinstance(value, dict):
             return json.dumps(value, ensure_ascii=False, sort_keys=True)
         if isinstance(value, str):
