@@ -4,8 +4,9 @@ benchmark harnesses (so their terms always agree).
 Lowercase latin words (digits kept, accents folded), possessives and clitics dropped
 ("Caroline's" -> "caroline", "don't" -> stop word), a small English stop-word list, a light
 suffix stripper (plurals, -ing/-ed/-ly, final e); CJK runs (Han, kana, Hangul) become
-overlapping character bigrams (a lone CJK character stays a unigram); everything else (emoji,
-symbols) is dropped.
+overlapping character bigrams (a lone CJK character stays a unigram); each emoji is a term of
+its own ("🚀" finds the text holding it; skin-tone modifiers, variation selectors and joiners are
+dropped); everything else (punctuation, other symbols) is dropped.
 
 Two fast paths for bulk work give exactly ``Tokenizer.tokenize``: ``ascii_words`` (the words of
 an ASCII text, before ``term_of``) and ``ascii_runs`` (one ``bytes.translate`` + ``split`` of many
@@ -57,10 +58,19 @@ _CJK_CLASS = (
 # Latin (incl. accented), Greek and Cyrillic letters; the multiplication/division signs
 # inside Latin-1 are excluded.
 _WORD_CLASS = "0-9a-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u0370-\u03ff\u0400-\u04ff\u1e00-\u1eff"
+# Emoji and pictographs: one term per code point. The skin-tone modifiers (U+1F3FB-U+1F3FF) are left
+# out (a modifier is not a term of its own), as are variation selectors and the zero-width joiner.
+_EMOJI_CLASS = (
+    "\u2300-\u23ff"  # misc technical (watch, hourglass, ...)
+    "\u2600-\u27bf"  # misc symbols, dingbats
+    "\u2b00-\u2bff"  # stars, arrows, squares
+    "\U0001f000-\U0001f3fa"  # tiles, cards, enclosed, misc symbols and pictographs (part 1)
+    "\U0001f400-\U0001faff"  # pictographs (part 2), emoticons, transport, supplemental, extended-A
+)
 _ASCII_WORD_RE = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
 _ascii_findall = _ASCII_WORD_RE.findall
 _MIXED_RE = re.compile(
-    rf"(?P<w>[{_WORD_CLASS}]+(?:'[{_WORD_CLASS}]+)*)|(?P<c>[{_CJK_CLASS}]+)"
+    rf"(?P<w>[{_WORD_CLASS}]+(?:'[{_WORD_CLASS}]+)*)|(?P<c>[{_CJK_CLASS}]+)|(?P<e>[{_EMOJI_CLASS}])"
 )
 _CLITICS = frozenset({"s", "t", "d", "ll", "m", "re", "ve"})
 
@@ -147,7 +157,8 @@ class Tokenizer:
         self.term_of = lru_cache(maxsize=1 << 18)(self._term_of)
 
     def __repr__(self) -> str:
-        return f"Tokenizer(stem={self.stem!r}, stop_words=<{len(self.stop_words)} words>)"
+        # "emoji": the terms differ from the tokenizer that dropped emoji, so saved postings are rebuilt
+        return f"Tokenizer(stem={self.stem!r}, stop_words=<{len(self.stop_words)} words>, emoji)"
 
     def _term_of(self, word: str) -> str | None:
         """Normalise one matched latin word; ``None`` means drop (stop word / empty)."""
@@ -191,6 +202,9 @@ class Tokenizer:
                     out.append(term)
                 continue
             run = m.group("c")
+            if run is None:  # an emoji
+                out.append(m.group("e"))
+                continue
             if len(run) == 1:
                 out.append(run)
             else:

@@ -69,8 +69,8 @@ def test_tokenize_japanese_korean():
 
 
 def test_tokenize_mixed_emoji_empty():
-    assert tokenize("Redis缓存失效 😀 again") == ["redis", "缓存", "存失", "失效", "again"]
-    assert tokenize("😀🎉🔥") == []
+    assert tokenize("Redis缓存失效 😀 again") == ["redis", "缓存", "存失", "失效", "😀", "again"]
+    assert tokenize("😀🎉🔥") == ["😀", "🎉", "🔥"]  # each emoji is a term
     assert tokenize("") == []
     assert tokenize("   \n\t ") == []
     assert tokenize(None) == []
