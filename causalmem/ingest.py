@@ -25,9 +25,17 @@ def check_unicode(value: str, name: str) -> str:
     return value
 
 
+#: the longest text one memory may hold, in characters (1 MiB of ASCII): a longer text is a ValueError
+#: naming the argument; split a document into passages before adding it
+MAX_TEXT_CHARS = 1_048_576
+
+
 def check_text(value: Any, name: str) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a string, got {type(value).__name__}")
+    if len(value) > MAX_TEXT_CHARS:
+        raise ValueError(f"{name} is {len(value):,} characters; a memory holds at most {MAX_TEXT_CHARS:,} "
+                         "characters (split a long document into passages)")
     if not value.strip():
         raise ValueError(f"{name} must be non-empty text, got {value!r}")
     if "\x00" in value:

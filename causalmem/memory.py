@@ -13,7 +13,7 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from . import causal, consolidation, ingest, portable, retrieval
+from . import _args, causal, consolidation, ingest, portable, retrieval
 from . import confirm as confirm_mod
 from . import write as w
 from .chunks import ChunkTable
@@ -52,6 +52,9 @@ class Memory:
             raise TypeError("clock must be a zero-argument callable returning POSIX seconds")
         if not isinstance(read_only, bool):
             raise TypeError(f"read_only must be True or False, got {type(read_only).__name__}")
+        _args.check_embedder_spec(embedder)
+        if not read_only:
+            _args.check_db_path(path, backend)
         self.config = config or Config()
         if embed_handoff is not None:
             self.config = dataclasses.replace(self.config, embed_handoff=embed_handoff)
@@ -228,15 +231,30 @@ class Memory:
 
     def add(self, messages: Any, *, user_id: str | None = None, agent_id: str | None = None,
             run_id: str | None = None, session_id: str | None = None, metadata: Mapping[str, Any] | None = None,
-            event_time: float | _dt.datetime | None = None, infer: bool = False) -> AddResult:
+            event_time: float | _dt.datetime | None = None, infer: bool = False, link: bool | None = None,
+            dedupe: bool | None = None) -> AddResult:
         """Store each turn of a conversation as its own chunk, linked in order by temporal edges.
+
+        ``link``: chain the turns by temporal edges. Default: yes for a conversation (dicts with a role,
+        speaker or other fields, or any call with a ``session_id``: its turns continue the session), no
+        for plain texts (a string, or a list of strings: separate memories, e.g. a bulk load of notes).
+        ``dedupe``: a text that is, exactly, a live memory of the same scope is that memory (returned;
+        its access count goes up by one and its last access is now) instead of a second copy. Default:
+        yes for unlinked texts, no for linked turns (a turn is an event: "ok" said twice is two turns).
 
         ``infer=True`` also stores what the distiller extracts (asked before the lock is taken).
         The turns are stored whatever the distiller does: a failed call or an unusable answer is
         logged and reported in ``distill_error``, bad items are skipped and listed in
         ``distill_skipped``, at most the distiller's ``max_items`` (default 50) are kept.
         """
+        for name, flag in (("link", link), ("dedupe", dedupe)):
+            if flag is not None and not isinstance(flag, bool):
+                raise TypeError(f"{name} must be True, False or None (the default), got {type(flag).__name__}")
         turns = ingest.normalize_messages(messages)
+        if link is None:
+            link = session_id is not None or not all(speaker is None and not extra for speaker, _t, extra in turns)
+        if dedupe is None:
+            dedupe = not link
         scope = w.check_scope(user_id, agent_id, run_id)
         if session_id is not None and (not isinstance(session_id, str) or not session_id):
             raise ValueError(f"session_id must be a non-empty string or None, got {session_id!r}")
@@ -248,7 +266,8 @@ class Memory:
                 "add(..., infer=True) needs an LLM distiller: pass Memory(distiller=LLMDistiller(...)) or set "
                 "CAUSALMEM_LLM_BASE_URL and use causalmem.LLMDistiller.from_env()")
         return w.add_messages(self._views, turns, distiller=self.distiller, infer=infer, scope=scope,
-                              session_id=session_id, metadata=metadata, event_time=et)
+                              session_id=session_id, metadata=metadata, event_time=et, link=link,
+                              dedupe=dedupe)
 
     # ------------------------------------------------------------------ backup and move
     def export(self, path: str | os.PathLike[str] | IO[str], *, vectors: bool = False) -> int:

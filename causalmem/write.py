@@ -555,14 +555,39 @@ def new_session_id() -> str:
 
 
 def add_turns(views: Views, fx: Effects, rows: list[dict[str, Any]], scope: Scope, session: str,
-              vecs: np.ndarray | None) -> list[Chunk]:
-    """Insert turn rows, chained in order by temporal edges (after the session's previous turn)."""
+              vecs: np.ndarray | None, *, link: bool = True, dedupe: bool = False) -> list[Chunk]:
+    """Insert turn rows, chained in order by temporal edges (after the session's previous turn) when
+    ``link``. With ``dedupe``, a row whose exact text is a live chunk of the scope (or an earlier row of
+    the same call) is that chunk: its access count goes up by one and its last access is now."""
     store = views.store
     now = views.now()
     for r in rows:
         r["created_at"] = now
-    prev = store.previous_turn(session, *scope)
-    created = store.insert_chunks_bulk(rows)
+    plan: list[tuple[bool, int]] | None = None  # per row: (True, index of a new row) or (False, old nid)
+    again: list[int] = []  # new-row indexes repeated within this call
+    old: list[int] = []
+    if dedupe:
+        found = store.find_reusable_chunks([(r["text"], scope) for r in rows], turns=True)
+        plan, keep = [], []
+        new_rows: list[dict[str, Any]] = []
+        first: dict[str, int] = {}
+        for i, r in enumerate(rows):
+            key = found.get((r["text"], scope))
+            if key is not None:
+                plan.append((False, key.nid))
+                old.append(key.nid)
+            elif r["text"] in first:
+                plan.append((True, first[r["text"]]))
+                again.append(first[r["text"]])
+            else:
+                first[r["text"]] = len(new_rows)
+                plan.append((True, len(new_rows)))
+                new_rows.append(r)
+                keep.append(i)
+        rows = new_rows
+        vecs = vecs[keep] if vecs is not None else None
+    prev = store.previous_turn(session, *scope) if link else None
+    created = store.insert_chunks_bulk(rows) if rows else []
     nids = [c.nid for c in created]
     if vecs is not None:
         views.store_vectors([(nid, r["text"], v) for nid, r, v in zip(nids, rows, vecs)])
@@ -571,21 +596,29 @@ def add_turns(views: Views, fx: Effects, rows: list[dict[str, Any]], scope: Scop
     # decays like rule edges (×0.99/day) instead of the 7-day half-life of "temporal" edges.
     edge_rows = [{"src": a, "dst": b, "relation": Relation.TEMPORAL, "confidence": 1.0, "source": "session",
                   "event_time": r["event_time"], "discovered_at": now}
-                 for a, b, r in zip(chain, chain[1:], rows[len(rows) - len(chain) + 1:])]
-    inserted = store.insert_edges_bulk(edge_rows)
+                 for a, b, r in zip(chain, chain[1:], rows[len(rows) - len(chain) + 1:])] if link else []
+    inserted = store.insert_edges_bulk(edge_rows) if edge_rows else []
     views.chunks_added(fx, [NewChunk(nid, r["text"], "turn", now, r["event_time"], r["q_value"], scope, session)
                             for nid, r in zip(nids, rows)],
                        dict(zip(nids, vecs)) if vecs is not None else None)
     views.edges_added(fx, [NewEdge(eid, er["src"], er["dst"], Relation.TEMPORAL, 1.0)
                            for er, (eid, _e) in zip(edge_rows, inserted)])
-    return [Chunk(id=c.id, text=r["text"], kind="turn", q_value=r["q_value"], importance=5.0, created_at=now,
-                  event_time=r["event_time"], user_id=scope[0], agent_id=scope[1], run_id=scope[2],
-                  session_id=session, metadata=r["metadata"]) for c, r in zip(created, rows)]
+    new = [Chunk(id=c.id, text=r["text"], kind="turn", q_value=r["q_value"], importance=5.0, created_at=now,
+                 event_time=r["event_time"], user_id=scope[0], agent_id=scope[1], run_id=scope[2],
+                 session_id=session, metadata=r["metadata"]) for c, r in zip(created, rows)]
+    if plan is None:
+        return new
+    # a repeat counts as evidence again: access count + 1 and last access now, once per repeat
+    touches = old + [nids[k] for k in again]
+    if touches:
+        store.touch_chunks_batch([([n], now) for n in touches])
+    rows_old = store.chunk_rows_by_nid(sorted(set(old))) if old else {}
+    return [new[k] if is_new else rows_old[k].to_chunk() for is_new, k in plan]
 
 
 def add_messages(views: Views, turns: Sequence[tuple[str | None, str, Mapping[str, Any]]], *, distiller: Any,
                  infer: bool, scope: Scope, session_id: str | None, metadata: Mapping[str, Any] | None,
-                 event_time: float | None) -> AddResult:
+                 event_time: float | None, link: bool = True, dedupe: bool = False) -> AddResult:
     """``Memory.add`` of checked arguments: distil (no lock held), then the turns and what was
     distilled in one transaction."""
     distilled, skipped, error = distill(distiller, turns) if infer else ([], [], None)
@@ -593,7 +626,7 @@ def add_messages(views: Views, turns: Sequence[tuple[str | None, str, Mapping[st
     rows = turn_rows(turns, scope=scope, session=session, metadata=metadata, event_time=event_time,
                      q_init=views.config.q_init)
     with views.write() as fx:
-        chunks = add_turns(views, fx, rows, scope, session, None)
+        chunks = add_turns(views, fx, rows, scope, session, None, link=link, dedupe=dedupe)
         not_stored = apply_distilled(views, fx, distilled, scope, event_time) if distilled else []
         views.count_write(fx)
     return AddResult(chunks, distilled=len(distilled) - len(not_stored), distill_skipped=skipped + not_stored,

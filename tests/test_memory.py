@@ -245,8 +245,13 @@ def test_reopen_keeps_everything(db_path, clock):
             0.95 * 0.9 * 0.7, abs=1e-4)
 
 
-def test_missing_parent_directory_is_created(tmp_path):
+def test_missing_parent_directory_is_refused(tmp_path):
+    # a typo in a directory must not silently create a new tree (only the default data dir is created)
     path = tmp_path / "a" / "b" / "c" / "mem.db"
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        Memory(path, embedder=None)
+    assert not (tmp_path / "a").exists()
+    path.parent.mkdir(parents=True)
     with Memory(path, embedder=None) as mem:
         mem.record_decision("x", "y")
     assert path.exists()

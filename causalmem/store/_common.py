@@ -367,20 +367,20 @@ class SharedStore:
             sql += f" LIMIT {int(limit)}"
         return [r[0] for r in self.query(self._q(sql), params)]
 
-    def _reusable_rows(self, hashes: Sequence[int], scope: tuple) -> list[tuple]:
-        """(nid, id, text) of the live non-turn chunks of ``scope`` with one of the text ``hashes``,
-        by nid (how each backend reaches its reuse index is its own)."""
+    def _reusable_rows(self, hashes: Sequence[int], scope: tuple, turns: bool = False) -> list[tuple]:
+        """(nid, id, text) of the live non-turn chunks (every kind with ``turns``) of ``scope`` with one
+        of the text ``hashes``, by nid (how each backend reaches its reuse index is its own)."""
         raise NotImplementedError
 
-    def find_reusable_chunks(self, keys: Sequence[tuple[str, tuple]],
-                             hashes: dict[str, int] | None = None) -> dict[tuple[str, tuple], ChunkKey]:
+    def find_reusable_chunks(self, keys: Sequence[tuple[str, tuple]], hashes: dict[str, int] | None = None,
+                             *, turns: bool = False) -> dict[tuple[str, tuple], ChunkKey]:
         """Bulk form of ``find_reusable_chunk``: {(text, scope): (nid, id)} for the keys that exist.
 
         ``hashes``, when given, is filled with text -> text_hash for reuse by ``insert_chunks_bulk``."""
         hashes = {} if hashes is None else hashes
         out: dict[tuple[str, tuple], ChunkKey] = {}
         for scope, by_hash in reuse_groups(keys, hashes).items():
-            for nid, cid, t in self._reusable_rows(list(by_hash), scope):
+            for nid, cid, t in self._reusable_rows(list(by_hash), scope, turns):
                 out.setdefault((t, scope), ChunkKey(nid, cid))
         return out
 

@@ -353,9 +353,10 @@ class StoreBackend(Protocol):
                             run_id: str | None) -> ChunkKey | None:
         """The oldest live non-turn chunk with exactly ``text`` in the scope."""
 
-    def find_reusable_chunks(self, keys: Sequence[tuple[str, tuple]],
-                             hashes: dict[str, int] | None = None) -> dict[tuple[str, tuple], ChunkKey]:
-        """Bulk ``find_reusable_chunk`` over (text, scope) keys; ``hashes`` is filled text -> text_hash."""
+    def find_reusable_chunks(self, keys: Sequence[tuple[str, tuple]], hashes: dict[str, int] | None = None,
+                             *, turns: bool = False) -> dict[tuple[str, tuple], ChunkKey]:
+        """Bulk ``find_reusable_chunk`` over (text, scope) keys; ``hashes`` is filled text -> text_hash;
+        ``turns``: turns are candidates too (``Memory.add(dedupe=True)``)."""
 
     def chunk_nids(self, *, filters: Mapping[str, str | None], limit: int | None = None,
                    live_only: bool = True) -> list[int]:

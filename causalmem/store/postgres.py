@@ -1547,14 +1547,15 @@ class PostgresStore(SharedStore):
             "AND valid_to IS NULL ORDER BY nid LIMIT 4", (text_hash(text), user_id, agent_id, run_id))
         return same_text(rows, text)
 
-    def _reusable_rows(self, hashes: Sequence[int], scope: tuple) -> list[tuple]:
+    def _reusable_rows(self, hashes: Sequence[int], scope: tuple, turns: bool = False) -> list[tuple]:
         known = self._known_hashes()
         if known is not None:  # only the texts a stored chunk may have: most of a batch's are new
             hashes = [h for h in hashes if h in known]
             if not hashes:
                 return []
+        kinds = "" if turns else "AND kind <> 'turn' "
         return self.query(f"SELECT nid, id, text FROM chunks WHERE text_hash = ANY(%s::bigint[]) AND {_SCOPE} "
-                          "AND kind <> 'turn' AND valid_to IS NULL ORDER BY nid", (_int_array(hashes), *scope))
+                          f"{kinds}AND valid_to IS NULL ORDER BY nid", (_int_array(hashes), *scope))
 
     def _known_hashes(self) -> set[int] | None:
         """The set of stored text hashes when it is exact at this write transaction's writer lock

@@ -660,10 +660,11 @@ class SQLiteStore(SharedStore):
         )
         return same_text(rows, text)
 
-    def _reusable_rows(self, hashes: Sequence[int], scope: tuple) -> list[tuple]:
+    def _reusable_rows(self, hashes: Sequence[int], scope: tuple, turns: bool = False) -> list[tuple]:
+        kinds = "" if turns else "AND kind != 'turn' "
         return self._select_in(
             "SELECT nid, id, text FROM chunks INDEXED BY chunks_reuse WHERE text_hash IN ({ids}) AND "
-            "user_id IS ? AND agent_id IS ? AND run_id IS ? AND kind != 'turn' AND valid_to IS NULL ORDER BY nid",
+            f"user_id IS ? AND agent_id IS ? AND run_id IS ? {kinds}AND valid_to IS NULL ORDER BY nid",
             hashes, after=scope, size=500)
 
     def chunk_columns(self, *, with_text: bool = True, batch: int = 50000) -> Iterator[ChunkColumns]:

@@ -1,0 +1,128 @@
+"""What a new user meets in the first hour of the core API: bulk notes, duplicates, emoji, paths,
+sizes, where a hand-recorded edge came from, a bad embedder argument."""
+from __future__ import annotations
+
+import pytest
+
+from causalmem import Memory
+from causalmem.ingest import MAX_TEXT_CHARS
+from causalmem.tokenizer import tokenize
+
+
+@pytest.fixture
+def mem(tmp_path):
+    m = Memory(tmp_path / "first.db", embedder=None)
+    yield m
+    m.close()
+
+
+def _temporal(m: Memory) -> int:
+    return sum(1 for e in m.edges() if e.relation == "temporal")
+
+
+# ---------------------------------------------------------------------------- bulk notes
+def test_a_list_of_plain_strings_is_separate_memories(mem):
+    notes = [f"note number {i} about topic {i}" for i in range(200)]
+    chunks = mem.add(notes)
+    assert len(chunks) == 200 and _temporal(mem) == 0
+    assert mem.add(["first step", "second step", "third step"], link=True) and _temporal(mem) == 2
+    # a conversation (role/content dicts) is still a conversation: its turns are linked in order
+    mem.add([{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "hello, how can I help?"},
+             {"role": "user", "content": "book a table"}])
+    assert _temporal(mem) == 4
+    mem.add([{"role": "user", "content": "one more"}, {"role": "assistant", "content": "done"}], link=False)
+    assert _temporal(mem) == 4
+    with pytest.raises(TypeError, match="link"):
+        mem.add(["x"], link="yes")
+
+
+# ---------------------------------------------------------------------------- duplicates
+def test_an_exact_duplicate_in_the_same_scope_is_the_same_memory(mem, tmp_path):
+    first = mem.add("The staging database runs Postgres 16", user_id="alex")[0]
+    again = mem.add("The staging database runs Postgres 16", user_id="alex")[0]
+    assert again.id == first.id
+    assert len(mem.get_all(user_id="alex")) == 1
+    got = mem.get(first.id)
+    assert got.access_count == 1 and got.last_accessed_at is not None  # evidence counted, time updated
+    mem.add(["The staging database runs Postgres 16", "The staging database runs Postgres 16"], user_id="alex")
+    assert len(mem.get_all(user_id="alex")) == 1 and mem.get(first.id).access_count == 3
+    # another scope is another memory; the caller can ask for a second copy
+    assert mem.add("The staging database runs Postgres 16", user_id="sam")[0].id != first.id
+    assert mem.add("The staging database runs Postgres 16", user_id="alex", dedupe=False)[0].id != first.id
+    assert len(mem.get_all(user_id="alex")) == 2
+    # a turn of a conversation is an event: saying "ok" twice is two turns
+    conv = [{"role": "user", "content": "ok"}, {"role": "assistant", "content": "ok"}]
+    assert len({c.id for c in mem.add(conv, user_id="alex")}) == 2
+
+
+# ---------------------------------------------------------------------------- emoji
+def test_emoji_are_indexed_and_found(mem):
+    assert tokenize("ship it 🚀 now") == ["ship", "🚀", "now"]
+    assert tokenize("👍🏽 done") == ["👍", "done"]  # a skin-tone modifier is not a term of its own
+    mem.add("launch day 🚀 went well")
+    mem.add("lunch was pizza 🍕")
+    assert [h.text for h in mem.search("🚀")] == ["launch day 🚀 went well"]
+    assert [h.text for h in mem.search("🍕")] == ["lunch was pizza 🍕"]
+
+
+# ---------------------------------------------------------------------------- paths and sizes
+def test_a_missing_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="typo.*does not exist"):
+        Memory(tmp_path / "typo" / "dir" / "agent.db", embedder=None)
+    assert not (tmp_path / "typo").exists()
+    with Memory(tmp_path / "ok.db", embedder=None) as m:  # an existing directory is fine
+        m.add("x")
+
+
+def test_text_size_limit_is_documented_and_enforced(mem):
+    assert MAX_TEXT_CHARS == 1_048_576
+    fits = "y" * MAX_TEXT_CHARS
+    assert mem.get(mem.add(fits)[0].id).text == fits
+    too_big = "z" * (MAX_TEXT_CHARS + 1)
+    before = mem.stats()["chunks"]
+    for call in (lambda: mem.add(too_big), lambda: mem.add(["ok", too_big]),
+                 lambda: mem.record_decision(too_big, "outcome")):
+        with pytest.raises(ValueError, match="1,048,576 characters"):
+            call()
+    assert mem.stats()["chunks"] == before
+
+
+# ---------------------------------------------------------------------------- embedder argument
+def test_a_bad_embedder_fails_at_construction_without_network(tmp_path, monkeypatch):
+    import socket
+
+    attempts: list = []
+
+    def no_network(*args, **kwargs):
+        attempts.append(args)
+        raise OSError("network attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(TypeError, match=r"embedder.*'auto'.*local model directory.*encode"):
+        Memory(tmp_path / "a.db", embedder=123)
+    with pytest.raises(ValueError, match=r"embedder='minilm'.*not a local model directory.*accepted: 'auto'"):
+        Memory(tmp_path / "b.db", embedder="minilm")
+    with pytest.raises(ValueError, match="embedder"):
+        Memory(tmp_path / "c.db", embedder="")
+
+    class HalfEmbedder:
+        def encode(self, texts):
+            return []
+
+    with pytest.raises(TypeError, match="model_name / dim"):
+        Memory(tmp_path / "d.db", embedder=HalfEmbedder())
+    assert attempts == [] and not any((tmp_path / n).exists() for n in ("a.db", "b.db", "c.db", "d.db"))
+    # what is accepted still opens: None, a backend name, a local model directory, an object
+    from toy_embedder import BagOfWordsEmbedder
+
+    for spec in (None, "auto", BagOfWordsEmbedder()):
+        with Memory(tmp_path / "ok.db", embedder=spec) as m:
+            m.add("fine")
+
+
+def test_a_session_id_still_chains_single_texts(mem):
+    mem.add("first turn of the session", session_id="s1")
+    mem.add("second turn of the session", session_id="s1")
+    assert _temporal(mem) == 1
