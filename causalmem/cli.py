@@ -285,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("decision")
     r.add_argument("outcome")
     r.add_argument("--relation", default="caused")
-    r.add_argument("--source", default="llm_inferred")
+    r.add_argument("--source", default="cli", help="where the edge came from (default: cli)")
     r.add_argument("--confidence", type=float)
     r.add_argument("--polarity", choices=["positive", "negative", "mixed", "neutral"])
     r.add_argument("--task-tag")

@@ -141,7 +141,8 @@ def hebbian_faded_weight(weight, idle_days, *, fade: float = 0.99):
 
 # -------------------------------------------------------------------------------- edge decay
 
-HALF_LIFE_DAYS = {"user_feedback": 90.0, "llm_inferred": 90.0, "temporal": 7.0}
+HALF_LIFE_DAYS = {"user_feedback": 90.0, "llm_inferred": 90.0, "temporal": 7.0,
+                  "manual": 90.0, "cli": 90.0, "mcp": 90.0}  # hand-recorded: as llm_inferred
 DAILY_FACTOR = 0.99  # rule and every other source
 ACCESS_WINDOW_DAYS = 7.0
 ACCESS_BOOST = 0.05

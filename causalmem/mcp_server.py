@@ -335,7 +335,8 @@ def build_tools() -> list[ToolSpec]:
                   "task_tag": _s("Groups edges of one task (e.g. 'deploy-api').", minLength=1),
                   **scope},
                  ("decision", "outcome"), edge_out,
-                 lambda mem, decision, outcome, **a: mem.record_decision(decision, outcome, **a), scoped=True),
+                 lambda mem, decision, outcome, **a: mem.record_decision(decision, outcome, source="mcp", **a),
+                 scoped=True),
         ToolSpec("search", "Search memories",
                  "What do I know about `query`: hybrid lexical + semantic + graph search over every stored "
                  "memory of the scope; best first.",

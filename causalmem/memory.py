@@ -128,7 +128,7 @@ class Memory:
 
     # ------------------------------------------------------------------ writes
     def record_decision(self, decision: str, outcome: str, *, relation: str = "caused",
-                        source: str = "llm_inferred", confidence: float | None = None,
+                        source: str = "manual", confidence: float | None = None,
                         polarity: str | None = None, task_tag: str | None = None,
                         event_time: float | _dt.datetime | None = None, user_id: str | None = None,
                         agent_id: str | None = None, run_id: str | None = None) -> Edge:

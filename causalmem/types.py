@@ -98,6 +98,10 @@ SOURCES_CONFIDENCE = {
     "llm_inferred": 0.6,
     "user_feedback": 0.95,
     "distill": 0.6,
+    # recorded by hand: Memory.record_decision / record_many, `causalmem record`, MCP remember_decision
+    "manual": 0.6,
+    "cli": 0.6,
+    "mcp": 0.6,
 }
 POLARITIES = ("positive", "negative", "mixed", "neutral")
 

@@ -102,7 +102,7 @@ def parse_record_items(items: Iterable[Any]) -> list[dict[str, Any]]:
         if isinstance(item, (tuple, list)) and len(item) in (2, 3):
             try:  # the common case: (decision, outcome[, relation]) with default metadata
                 parsed.append(validated_record(
-                    item[0], item[1], item[2] if len(item) == 3 else "caused", "llm_inferred", None, None,
+                    item[0], item[1], item[2] if len(item) == 3 else "caused", "manual", None, None,
                     None, None, None, None, None, _cache=cache))
             except (ValueError, TypeError) as exc:
                 raise type(exc)(f"items[{i}]: {exc}") from None
@@ -118,7 +118,7 @@ def parse_record_items(items: Iterable[Any]) -> list[dict[str, Any]]:
             raise TypeError(f"items[{i}] must be a dict or a (decision, outcome[, relation]) tuple")
         try:
             parsed.append(validated_record(
-                kw["decision"], kw["outcome"], kw.get("relation", "caused"), kw.get("source", "llm_inferred"),
+                kw["decision"], kw["outcome"], kw.get("relation", "caused"), kw.get("source", "manual"),
                 kw.get("confidence"), kw.get("polarity"), kw.get("task_tag"), kw.get("event_time"),
                 kw.get("user_id"), kw.get("agent_id"), kw.get("run_id"), _cache=cache))
         except (ValueError, TypeError) as exc:

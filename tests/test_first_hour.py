@@ -126,3 +126,43 @@ def test_a_session_id_still_chains_single_texts(mem):
     mem.add("first turn of the session", session_id="s1")
     mem.add("second turn of the session", session_id="s1")
     assert _temporal(mem) == 1
+
+
+# ---------------------------------------------------------------------------- hand-recorded edges
+def test_hand_recorded_edges_say_where_they_came_from(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    db = tmp_path / "src.db"
+    with Memory(db, embedder=None) as m:
+        assert m.record_decision("deploy on friday", "weekend outage").source == "manual"
+        m.record_many([("cache the config", "stale config served"),
+                       {"decision": "add retries", "outcome": "fewer timeouts"}])
+        assert {e.source for e in m.edges()} == {"manual"}
+        assert m.record_decision("a", "b", source="user_feedback").source == "user_feedback"
+        assert m.record_decision("c", "d").confidence == pytest.approx(0.6)  # unchanged
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-m", "causalmem", "--db", str(db), "record", "restart kafka",
+                          "consumers caught up"], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    with Memory(db, embedder=None) as m:
+        by_dst = {m.get(e.dst).text: e.source for e in m.edges()}
+        assert by_dst["consumers caught up"] == "cli"
+
+    anyio = pytest.importorskip("anyio")
+    mcp = pytest.importorskip("mcp")
+
+    async def session():
+        params = mcp.StdioServerParameters(command=sys.executable, args=["-m", "causalmem.mcp_server", "--db",
+                                                                        str(db), "--no-semantic"], env=env)
+        async with mcp.Client(mcp.stdio_client(params), read_timeout_seconds=60) as c:
+            r = await c.call_tool("remember_decision", {"decision": "scale the pool", "outcome": "latency fell"})
+            assert not r.is_error, r.content
+
+    anyio.run(session)
+    with Memory(db, embedder=None) as m:
+        by_dst = {m.get(e.dst).text: e.source for e in m.edges()}
+        assert by_dst["latency fell"] == "mcp"

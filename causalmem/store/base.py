@@ -253,7 +253,7 @@ class TaggedEdgeRow(NamedTuple):
 
 # ---------------------------------------------------------------------------------- array layouts
 # Small integer codes used by the sleep arrays (0 = NULL / other).
-SOURCE_CODES = {"user_feedback": 1, "llm_inferred": 2, "temporal": 3}
+SOURCE_CODES = {"user_feedback": 1, "llm_inferred": 2, "temporal": 3, "manual": 4, "cli": 5, "mcp": 6}
 POLARITY_CODES = {"negative": 1, "positive": 2, "mixed": 3, "neutral": 4}
 POLARITY_NAMES: dict[int, str | None] = {0: None, 1: "negative", 2: "positive", 3: "mixed", 4: "neutral"}
 SUBTYPE_CODES = {"similar_to": 1, "repeated": 2, "refines": 3, "contradicts": 4, "invalidates": 5,
