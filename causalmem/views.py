@@ -727,6 +727,10 @@ class Views:
         """The store's change_seq when this process has seen every commit (the caller holds the lock)."""
         return self._read_seq() if self.store.data_version() == self._data_version else None
 
+    def recheck_store(self) -> None:
+        """The next call re-reads the store and the purge token (the caller holds the lock)."""
+        self._data_version = -1
+
     def sync_external(self) -> None:
         """Another connection committed: bring the views up to date with the store."""
         dv = self.store.data_version()

@@ -84,9 +84,9 @@ def test_rows_file_without_pread_reads_by_seek_under_a_lock(tmp_path, monkeypatc
     file's lock: the same rows as in memory, also with several threads gathering at once."""
     import threading
 
-    from causalmem import vector_index
+    from causalmem import vector_segments
 
-    monkeypatch.setattr(vector_index, "_HAVE_PREAD", False)
+    monkeypatch.setattr(vector_segments, "_HAVE_PREAD", False)
     monkeypatch.delattr(os, "pread")  # as on Windows: any use of it would fail
     rng = np.random.default_rng(5)
     raw = rng.standard_normal((500, 24)).astype("<f4")

@@ -457,7 +457,7 @@ def test_search_never_waits_for_the_index_to_load(db_path, monkeypatch):
 
 
 def test_without_usearch_every_search_is_exact_and_nothing_is_written(db_path, monkeypatch):
-    monkeypatch.setattr(vx, "usearch_available", lambda: False)
+    monkeypatch.setattr("causalmem.vector_segments.usearch_available", lambda: False)  # read there
     with Memory(db_path, embedder=HashEmbedder(), config=_cfg()) as mem:
         mem.add([{"role": "user", "content": t} for t in _texts(300)], user_id="u", infer=False)
         mem.flush()

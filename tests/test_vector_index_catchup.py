@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from causalmem import Config, Memory
 from causalmem import sidecar
-from causalmem import vector_index as vx
+from causalmem import vector_files
 from causalmem.vector_index import sidecar_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,7 +130,7 @@ def test_a_fresh_reader_catches_the_vector_files_up_after_another_process_wrote(
     n_pairs = 25_000
     # one build thread: the graph (and so the recall checked below) is the same on every run; with two
     # it varied 0.965-0.970 over 40 builds (review F1), a margin of 6 hits of 400 to the bar
-    monkeypatch.setattr(vx, "BUILD_THREADS", 1)
+    monkeypatch.setattr(vector_files, "BUILD_THREADS", 1)  # read there
     with Memory(db_path, embedder=ClusterEmbedder(), config=Config(vector_ann_min=1000)) as mem:
         mem.record_many([_pair(i) for i in range(n_pairs)])
         mem.flush()
@@ -202,7 +202,7 @@ def test_the_rows_file_is_read_whole_only_when_it_changed_since_it_was_written(d
     rows = sidecar_dir(db_path) / head["files"]["rows"][0]
     read = []
     real = vx._checksum
-    monkeypatch.setattr(vx, "_checksum", lambda p, *a: read.append(Path(p).name) or real(p, *a))
+    monkeypatch.setattr(vector_files, "checksum", lambda p, *a: read.append(Path(p).name) or real(p, *a))
 
     def open_and_search() -> None:
         with Memory(db_path, embedder=ClusterEmbedder(), config=Config(vector_ann_min=100)) as mem:
