@@ -567,20 +567,27 @@ def add_turns(views: Views, fx: Effects, rows: list[dict[str, Any]], scope: Scop
     again: list[int] = []  # new-row indexes repeated within this call
     old: list[int] = []
     if dedupe:
+        # the same memory: the same text and the same metadata (a text stored twice under two ids, as
+        # the framework adapters do, stays two memories)
         found = store.find_reusable_chunks([(r["text"], scope) for r in rows], turns=True)
+        cand = sorted({k.nid for k in found.values()})
+        meta_of = {n: (json.loads(row.metadata) if row.metadata else {})
+                   for n, row in store.chunk_rows_by_nid(cand).items()} if cand else {}
         plan, keep = [], []
         new_rows: list[dict[str, Any]] = []
-        first: dict[str, int] = {}
+        first: dict[tuple[str, str], int] = {}
         for i, r in enumerate(rows):
+            meta = r["metadata"] or {}
             key = found.get((r["text"], scope))
-            if key is not None:
+            same = (r["text"], json.dumps(meta, sort_keys=True, default=str))
+            if key is not None and meta_of.get(key.nid) == meta:
                 plan.append((False, key.nid))
                 old.append(key.nid)
-            elif r["text"] in first:
-                plan.append((True, first[r["text"]]))
-                again.append(first[r["text"]])
+            elif same in first:
+                plan.append((True, first[same]))
+                again.append(first[same])
             else:
-                first[r["text"]] = len(new_rows)
+                first[same] = len(new_rows)
                 plan.append((True, len(new_rows)))
                 new_rows.append(r)
                 keep.append(i)

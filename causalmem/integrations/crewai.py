@@ -139,7 +139,7 @@ class CausalMemStorage:
     # ------------------------------------------------------------------ StorageBackend
     def save(self, records: list[MemoryRecord]) -> None:
         for r in records:
-            self.memory.add(r.content, agent_id=self.agent_id, metadata=self._meta(r))
+            self.memory.add(r.content, agent_id=self.agent_id, metadata=self._meta(r), dedupe=False)
 
     def search(self, query_embedding: list[float], scope_prefix: str | None = None,
                categories: list[str] | None = None, metadata_filter: dict[str, Any] | None = None,

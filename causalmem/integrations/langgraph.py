@@ -406,7 +406,7 @@ class CausalMemStore(BaseStore):
                 # every prefix of the namespace, so a search inside a prefix is one metadata filter
                 _PREFIXES: [_ns_key(ns[:i]) for i in range(1, len(ns) + 1)]}
         if old is None:
-            chunk_id = self.memory.add(text, agent_id=self.agent_id, metadata=meta)[0].id
+            chunk_id = self.memory.add(text, agent_id=self.agent_id, metadata=meta, dedupe=False)[0].id
         else:  # an upsert keeps the chunk (its Q-value and links); the old text stays in its history
             chunk_id = old.chunk_id
             current = self.memory.get(chunk_id).text
