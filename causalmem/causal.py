@@ -98,7 +98,12 @@ def intervention(views: Views, action: str, *, max_depth: int, limit: int,
     if not acts:
         return InterventionReport(action=action, label="UNKNOWN", outcomes=(), seeds=seed_ids, has_precedent=False,
                                   summary=NO_PRECEDENT)
-    outcomes = chains(views, seeds, acts, max_depth)
+    # a consequence is reached over causal edges: spreading also walks the conversation's temporal
+    # "next turn" edges and co-occurrence, which say nothing about what the action leads to
+    outcomes = [o for o in chains(views, seeds, acts, max_depth) if o.relations]
+    if not outcomes:
+        return InterventionReport(action=action, label="UNKNOWN", outcomes=(), seeds=seed_ids, has_precedent=False,
+                                  summary=NO_PRECEDENT)
     label = overall_label(outcomes)
     names = ", ".join(f"{o.text} ({outcome_label(o)})" for o in outcomes[:3])
     return InterventionReport(action=action, label=label, outcomes=tuple(outcomes), seeds=seed_ids,

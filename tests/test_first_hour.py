@@ -166,3 +166,23 @@ def test_hand_recorded_edges_say_where_they_came_from(tmp_path):
     with Memory(db, embedder=None) as m:
         by_dst = {m.get(e.dst).text: e.source for e in m.edges()}
         assert by_dst["latency fell"] == "mcp"
+
+
+# ---------------------------------------------------------------------------- what-if follows causal edges
+def test_what_if_on_two_unrelated_consecutive_turns_is_unknown(mem):
+    mem.add([{"role": "user", "content": "restarted kafka"},
+             {"role": "user", "content": "the lunch order errors crashed the app"}])
+    assert _temporal(mem) == 1  # the turns are linked as a conversation ...
+    report = mem.intervention_query("restarted kafka")
+    assert report.label == "UNKNOWN" and report.outcomes == ()  # ... but "next turn" is not a consequence
+    mem.record_decision("restarted kafka", "consumers crashed again")
+    report = mem.intervention_query("restarted kafka")
+    assert report.label == "DANGER"
+    assert [o.text for o in report.outcomes] == ["consumers crashed again"]
+
+
+def test_a_duplicate_text_with_other_metadata_is_another_memory(mem):
+    a = mem.add("deploy checklist", metadata={"team": "a"})[0]
+    b = mem.add("deploy checklist", metadata={"team": "b"})[0]
+    assert a.id != b.id and mem.add("deploy checklist", metadata={"team": "a"})[0].id == a.id
+    assert {c.metadata["team"] for c in mem.get_all()} == {"a", "b"}
