@@ -281,6 +281,9 @@ def build_tools() -> list[ToolSpec]:
              "description": f"How many results at most (1..{MAX_LIMIT})."}
 
     def search(mem: Any, **a: Any) -> Any:
+        # a write acknowledged over MCP is findable by the next call: wait for the vectors written so
+        # far, as the framework adapters do (bounded, so a stuck embedder cannot hang the server)
+        mem.wait_embedded(timeout=60.0)
         return mem.search(**a)
 
     def what_if(mem: Any, **a: Any) -> Any:

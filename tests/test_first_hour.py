@@ -186,3 +186,35 @@ def test_a_duplicate_text_with_other_metadata_is_another_memory(mem):
     b = mem.add("deploy checklist", metadata={"team": "b"})[0]
     assert a.id != b.id and mem.add("deploy checklist", metadata={"team": "a"})[0].id == a.id
     assert {c.metadata["team"] for c in mem.get_all()} == {"a", "b"}
+
+
+def test_mcp_write_then_search_finds_the_write(tmp_path):
+    """Over a real MCP stdio client, with the semantic channel on: add_messages then search at once finds
+    the write through the semantic channel only (no word of the query is in the text)."""
+    import os
+    import sys
+    from pathlib import Path
+
+    anyio = pytest.importorskip("anyio")
+    mcp = pytest.importorskip("mcp")
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    found = []
+
+    async def session():
+        params = mcp.StdioServerParameters(command=sys.executable, env=env,
+                                           args=["-m", "causalmem.mcp_server", "--db", str(tmp_path / "w.db")])
+        async with mcp.Client(mcp.stdio_client(params), read_timeout_seconds=120) as c:
+            for i in range(3):
+                text = f"My manager is Tomás, he runs the platform team {i}"
+                r = await c.call_tool("add_messages", {"messages": [{"role": "user", "content": text}],
+                                                       "user_id": f"u{i}"})
+                assert not r.is_error, r.content
+                r = await c.call_tool("search", {"query": "who is my boss?", "user_id": f"u{i}"})
+                assert not r.is_error, r.content
+                data = r.structured_content
+                hits = data["result"] if set(data) == {"result"} else data
+                found.append([h["text"] for h in hits])
+
+    anyio.run(session)
+    assert all(any("Tomás" in t for t in hits) for hits in found), found
