@@ -91,6 +91,8 @@ def cmd_what_if(args, out) -> int:
 
 
 def cmd_search(args, out) -> int:
+    # semantic on by default, as in Python and over MCP (--no-semantic turns it off)
+    args.semantic = not getattr(args, "no_semantic", False)
     with _open(args, must_exist=True) as mem:
         hits = mem.search(args.query, top_k=args.limit, user_id=args.user_id)
         if not hits:
@@ -299,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=helptext)
         s.add_argument(arg)
         s.add_argument("--limit", type=int, default=5 if name != "search" else 10)
+        if name == "search":  # the channels Memory.search and the MCP server use by default
+            s.add_argument("--no-semantic", dest="no_semantic", action="store_true",
+                           help="search without the semantic channel (lexical + graph only)")
         s.set_defaults(func=fn)
 
     w = sub.add_parser("what-if", help="intervention query: predicted outcomes with chains and a label")

@@ -218,3 +218,28 @@ def test_mcp_write_then_search_finds_the_write(tmp_path):
 
     anyio.run(session)
     assert all(any("Tomás" in t for t in hits) for hits in found), found
+
+
+def test_cli_search_uses_the_semantic_channel_by_default(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    db = tmp_path / "cli.db"
+    with Memory(db) as m:
+        m.add("My manager is Tomás, he runs the platform team")
+        m.add("Lunch is at noon")
+        m.wait_embedded()
+        assert "Tomás" in m.search("who is my boss?")[0].text  # Python's default
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+
+    def cli(*args):
+        out = subprocess.run([sys.executable, "-m", "causalmem", "--db", str(db), *args], capture_output=True,
+                             text=True, env=env, timeout=180)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    assert "Tomás" in cli("search", "who is my boss?").splitlines()[0]
+    assert "(no match)" in cli("search", "who is my boss?", "--no-semantic")
