@@ -1,4 +1,4 @@
-"""``Memory.confirm``: the caller says which hits of a search were useful together (issue 13).
+"""``Memory.confirm``: the caller says which hits of a search were useful together.
 
 Why a separate path: the co-retrieval of two hits by one search is weak evidence that they belong
 together (13 search-time credit rules, six sessions, all neutral within noise on LoCoMo-dev:

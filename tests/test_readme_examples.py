@@ -1,7 +1,9 @@
-"""Every ```python example of README.md runs and prints what the README says; so does every
-``$ causalmem ...`` session shown in a ```text block (ids aside: they are random per run).
+"""Every ```python example of README.md and of the documentation pages (docs/*.md) runs and prints
+what its page says; so does every ``$ causalmem ...`` session shown in a ```text block (ids aside:
+they are random per run). The only examples not run here are CrewAI's (crewai pins ``mcp<2`` and
+cannot share this environment: they skip with that reason, and the pages say so).
 
-The blocks are read from README.md at test time and found by the heading they sit under plus their
+The blocks are read from the pages at test time and found by the heading they sit under plus their
 first line (never by line number). Each runnable example runs in a fresh ``sys.executable``
 subprocess, cwd a temporary directory, offline (``HF_HUB_OFFLINE``), with the repository first on
 ``PYTHONPATH`` and the real model and framework packages. On the PostgreSQL pass of the suite the
@@ -44,6 +46,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+#: every page whose examples are run: the README and the documentation site's pages
+PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
 TIMEOUT = 180  # seconds per child (each loads the model at most once)
 
 
@@ -56,13 +60,14 @@ class Block:
     code: str
     end: int = 0   # 0-based index of the closing fence's line
     output: str | None = None  # the ```text block directly after a ```python block, if any
+    page: str = "README.md"  # the page the block is on, relative to the repository
 
     @property
     def first(self) -> str:
         return next((ln for ln in self.code.splitlines() if ln.strip()), "")
 
 
-def parse_blocks(text: str) -> list[Block]:
+def parse_blocks(text: str, page: str = "README.md") -> list[Block]:
     lines = text.split("\n")
     blocks: list[Block] = []
     heading = ""
@@ -76,25 +81,26 @@ def parse_blocks(text: str) -> list[Block]:
                 body.append(lines[i])
                 i += 1
             if i == len(lines):
-                raise ValueError(f"README.md line {start}: code block never closed")
+                raise ValueError(f"{page} line {start}: code block never closed")
             code = "\n".join(body) + "\n"
             prev = blocks[-1] if blocks else None
             if lang == "text" and prev is not None and prev.lang == "python" and prev.output is None \
                     and all(not x.strip() for x in lines[prev.end + 1:start - 1]):  # only blank lines between
                 prev.output = code
-            blocks.append(Block(heading, lang, start, code, end=i))
+            blocks.append(Block(heading, lang, start, code, end=i, page=page))
         elif ln.startswith("#"):
             heading = ln.lstrip("#").strip()
         i += 1
     return blocks
 
 
-def find(blocks: list[Block], heading: str, first: str) -> Block:
-    """The one ```python block under a heading starting ``heading`` whose first line starts ``first``."""
-    got = [b for b in blocks if b.lang == "python" and b.heading.startswith(heading) and b.first.startswith(first)]
+def find(blocks: list[Block], heading: str, first: str, page: str = "README.md") -> Block:
+    """The one ```python block of ``page`` under a heading starting ``heading`` whose first line starts ``first``."""
+    got = [b for b in blocks if b.lang == "python" and b.page == page and b.heading.startswith(heading)
+           and b.first.startswith(first)]
     if len(got) != 1:
-        pytest.fail(f"README.md: {len(got)} ```python blocks under a heading starting {heading!r} with a first "
-                    f"line starting {first!r} (expected 1): the README changed, update EXAMPLES in {__file__}")
+        pytest.fail(f"{page}: {len(got)} ```python blocks under a heading starting {heading!r} with a first "
+                    f"line starting {first!r} (expected 1): the page changed, update EXAMPLES in {__file__}")
     return got[0]
 
 
@@ -175,6 +181,7 @@ class Example:
     setup: str = ""                  # code run before the block (fragments), said in the docstring above
     after: str = ""                  # code run after the block (to show what its prose claims)
     stated: list[Stated] = field(default_factory=list)
+    page: str = "README.md"          # the page (its continuation is on the same page)
     needs: tuple[str, ...] = ()      # importable modules, else skip
     pg: bool = False                 # its postgresql:// URL is replaced by the test cluster's
     model: bool = False              # uses the packaged MiniLM (embedder "auto"), else skip
@@ -194,52 +201,64 @@ mem.add([{"speaker": "ops", "text": "The kafka consumer lag grew after the parti
 
 EXAMPLES: dict[str, Example] = {
     "ten_lines": Example(
-        "Ten lines of Python", "from causalmem import Memory",
+        "Ten lines of Python", "import os, tempfile",
+        stated=[Stated('print(f"{a.energy', slash_separated),
+                Stated("print(mem.intervention_query", value_after_colon),
+                Stated("print([a.text for a in mem.trace_cause", value_after_colon)]),
+    "docs_ten_lines": Example(
+        "Ten lines of Python", "import os, tempfile", page="docs/python.md",
         stated=[Stated('print(f"{a.energy', slash_separated),
                 Stated("print(mem.intervention_query", value_after_colon),
                 Stated("print([a.text for a in mem.trace_cause", value_after_colon)]),
     "plain_language": Example(
-        "Asking in plain language", "from causalmem import Memory", model=True,
+        "Asking in plain language", "from causalmem import Memory", model=True, page="docs/python.md",
         stated=[Stated('print(mem.search("anything"', value_after_colon)]),
-    "mcp": Example("Over MCP", "import anyio", needs=("mcp", "anyio"), model=True),
+    "mcp": Example("Interfaces", "import anyio", needs=("mcp", "anyio"), model=True),
+    "docs_mcp": Example("Over MCP", "import anyio", needs=("mcp", "anyio"), model=True, page="docs/mcp.md"),
+    "langgraph_readme": Example("Interfaces", "from langgraph.graph import", needs=("langgraph",), model=True),
+    "mem0_readme": Example("Interfaces", "from causalmem.integrations.mem0 import Memory", model=True),
+    "autogen_readme": Example("Interfaces", "import asyncio", needs=("autogen_agentchat", "autogen_core", "autogen_ext"),
+                              model=True),
+    "crewai_readme": Example("Interfaces", "import numpy as np", framework_lines=r"^([\u256d\u2502\u2570]|\s*$)",
+                             needs=("crewai",)),
     "langgraph": Example(
         "LangGraph", "from langgraph.graph import",
-        continuation=("LangGraph", "# inside `with CausalMemStore"), join_indent="    ",
+        continuation=("LangGraph", "# inside `with CausalMemStore"), join_indent="    ", page="docs/frameworks.md",
         needs=("langgraph",), model=True),
     "mem0": Example(
-        "mem0", "from causalmem.integrations.mem0 import Memory", model=True,
+        "mem0", "from causalmem.integrations.mem0 import Memory", model=True, page="docs/frameworks.md",
         continuation=("mem0", "hits = m.search("),
         stated=[Stated('m.feedback(hits[0]["id"]', dict_shape, echo=True, whole_line=False),
                 Stated("m.confirm([h[", dict_shape, echo=True, whole_line=False)]),
     "autogen": Example(
         "AutoGen", "import asyncio",
         continuation=("AutoGen", "from autogen_agentchat.messages import MemoryQueryEvent"),
-        join_before="await memory.close()",
+        join_before="await memory.close()", page="docs/frameworks.md",
         needs=("autogen_agentchat", "autogen_core", "autogen_ext"), model=True),
     "crewai": Example(
         "CrewAI", "import numpy as np",
-        continuation=("CrewAI", "matches = memory.recall("),
+        continuation=("CrewAI", "matches = memory.recall("), page="docs/frameworks.md",
         # CrewAI draws a "Memory Save" panel (rich box lines) around each remember() on stdout
         framework_lines=r"^([\u256d\u2502\u2570]|\s*$)", needs=("crewai",)),
     "async": Example(
-        "Async", "import asyncio",
+        "Async", "import asyncio", page="docs/frameworks.md",
         stated=[Stated("print((await mem.intervention_query", value_after_colon),
                 Stated('print(len(await mem.search("production crash"', value_after_colon)]),
-    "learning": Example("The learning loop", "from causalmem import Memory"),
+    "learning": Example("The learning loop", "from causalmem import Memory", page="docs/learning.md"),
     "q_rank_feedback": Example(
-        "Q-values rank what proved useful", "hits = mem.search(", setup=KAFKA_SETUP,
+        "Q-values rank what proved useful", "hits = mem.search(", setup=KAFKA_SETUP, page="docs/learning.md",
         # "useful: they rank higher for the next queries": each rewarded hit's Q rose above q_init
         after='print("rewarded Q", sorted(round(mem.get(h.id).q_value, 3) for h in hits[:3]))\n'),
     "confirm": Example(
-        "Hebbian credit", "hits = mem.search(", setup=KAFKA_SETUP,
+        "Hebbian credit", "hits = mem.search(", setup=KAFKA_SETUP, page="docs/learning.md",
         stated=[Stated("mem.confirm(used)", leading_int, echo=True)]),
     "postgres_url": Example(
-        "One memory for many machines: PostgreSQL", "mem = Memory(", pg=True, model=True,
+        "One memory for many machines: PostgreSQL", "mem = Memory(", pg=True, model=True, page="docs/postgres.md",
         setup="from causalmem import Memory  # setup written by the test: the README's import\n",
         after='mem.record_decision("rotate the key", "sessions dropped")\nmem.close()\n'
               'print("reopened", [a.text for a in Memory(URL, embedder=None).search_causal("rotate the key")])\n'),
     "purge": Example(
-        "Right to be forgotten", "mem.delete_all(", setup='''\
+        "Right to be forgotten", "mem.delete_all(", page="docs/trust.md", setup='''\
 # setup written by the test: alice's and bob's memories, and what alice's purge must leave
 from causalmem import Memory
 mem = Memory("purge.db", embedder=None)
@@ -258,10 +277,10 @@ print("bob kept:", [mem.get(c).text for c in bob])
 '''),
 }
 
-WORKER = ("One memory for many machines: PostgreSQL", "# worker.py")
+WORKER = ("One memory for many machines: PostgreSQL", "# worker.py", "docs/postgres.md")
 
 #: ```python blocks that are not run, with the reason (none today: every block runs)
-NOT_RUNNABLE: dict[tuple[str, str], str] = {}
+NOT_RUNNABLE: dict[tuple[str, str, str], str] = {}
 
 
 # ----------------------------------------------------------------------------- running
@@ -285,10 +304,10 @@ def run_code(code: str, cwd: Path, *extra_args: str) -> str:
 
 
 def build(ex: Example, blocks: list[Block], url: str | None = None) -> tuple[str, Block]:
-    base = find(blocks, ex.heading, ex.first)
+    base = find(blocks, ex.heading, ex.first, ex.page)
     code = base.code
     if ex.continuation is not None:
-        cont = find(blocks, *ex.continuation).code
+        cont = find(blocks, *ex.continuation, ex.page).code
         if ex.join_before is not None:
             lines = code.splitlines(keepends=True)
             at = [k for k, ln in enumerate(lines) if ln.strip() == ex.join_before]
@@ -358,7 +377,20 @@ def check_stated(ex: Example, code: str, out: str) -> None:
 
 @pytest.fixture(scope="module")
 def blocks() -> list[Block]:
-    return parse_blocks(README.read_text(encoding="utf-8"))
+    return all_blocks()
+
+
+def all_blocks(replace: tuple[str, str, str] | None = None) -> list[Block]:
+    """The blocks of every page; ``replace`` = (page, old, new) changes one page's text first (once)."""
+    out: list[Block] = []
+    for path in PAGES:
+        page = path.relative_to(REPO).as_posix()
+        text = path.read_text(encoding="utf-8")
+        if replace is not None and replace[0] == page:
+            assert replace[1] in text, f"{page} does not hold {replace[1]!r}"
+            text = text.replace(replace[1], replace[2], 1)
+        out += parse_blocks(text, page)
+    return out
 
 
 @functools.cache
@@ -390,8 +422,8 @@ def run_example(name: str, blocks: list[Block], tmp_path: Path, url: str | None 
         if ex.framework_lines:
             own = "".join(ln for ln in own.splitlines(keepends=True) if not re.match(ex.framework_lines, ln))
         assert printed(own) == shown_output(base), (
-            f"README.md line {base.line} ({base.heading}): the example prints\n" + own
-            + "\nbut the README shows\n" + "\n".join(shown_output(base)))
+            f"{base.page} line {base.line} ({base.heading}): the example prints\n" + own
+            + "\nbut the page shows\n" + "\n".join(shown_output(base)))
     check_stated(ex, code, out)
     return out
 
@@ -402,21 +434,23 @@ def test_every_python_block_is_covered(blocks):
     runnable: a new example (or a changed first line) fails here until it is given a test."""
     covered = set()
     for ex in EXAMPLES.values():
-        covered.add(find(blocks, ex.heading, ex.first).line)
+        covered.add((ex.page, find(blocks, ex.heading, ex.first, ex.page).line))
         if ex.continuation is not None:
-            covered.add(find(blocks, *ex.continuation).line)
-    covered.add(find(blocks, *WORKER).line)
+            covered.add((ex.page, find(blocks, *ex.continuation, ex.page).line))
+    covered.add((WORKER[2], find(blocks, *WORKER).line))
     for key in NOT_RUNNABLE:
-        covered.add(find(blocks, *key).line)
-    missing = [f"line {b.line} ({b.heading}): {b.first}" for b in blocks if b.lang == "python" and b.line not in covered]
-    assert not missing, "README ```python blocks without a test:\n" + "\n".join(missing)
+        covered.add((key[2], find(blocks, *key).line))
+    missing = [f"{b.page} line {b.line} ({b.heading}): {b.first}" for b in blocks
+               if b.lang == "python" and (b.page, b.line) not in covered]
+    assert not missing, "```python blocks without a test:\n" + "\n".join(missing)
+    assert {b.page for b in blocks if b.lang == "python"} >= {"README.md", "docs/python.md", "docs/frameworks.md"}
 
 
 def test_every_block_compiles(blocks):
     """Even a block that is skipped here (a missing package) is valid Python (top-level ``await`` is
     allowed only in a continuation that runs inside ``async def main``)."""
     for b in (b for b in blocks if b.lang == "python"):
-        compile(b.code, f"README.md:{b.line}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        compile(b.code, f"{b.page}:{b.line}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
 
 
 @pytest.mark.parametrize("name", [n for n, ex in EXAMPLES.items() if not ex.pg])
@@ -476,14 +510,13 @@ def test_worker_example_two_workers_see_each_other(blocks, tmp_path, pg_url):
 # ----------------------------------------------------------------------------- the test can fail
 def test_a_changed_shown_output_fails(blocks, tmp_path):
     """The comparison is not vacuous: README blocks with one shown value changed fail it."""
-    text = README.read_text(encoding="utf-8")
-    base = find(blocks, "Asking in plain language", "from causalmem import Memory")
+    base = find(blocks, "Asking in plain language", "from causalmem import Memory", "docs/python.md")
     assert base.output is not None and "['生产环境宕机，数据库连接池耗尽']" in base.output
-    changed = parse_blocks(text.replace("['生产环境宕机，数据库连接池耗尽']", "['生产环境宕机']", 1))
+    changed = all_blocks(("docs/python.md", "['生产环境宕机，数据库连接池耗尽']", "['生产环境宕机']"))
     (tmp_path / "a").mkdir()
-    with pytest.raises(AssertionError, match="but the README shows"):
+    with pytest.raises(AssertionError, match="but the page shows"):
         run_example("plain_language", changed, tmp_path / "a")
-    stated = parse_blocks(text.replace("# DANGER", "# SAFE", 1))
+    stated = all_blocks(("README.md", "# DANGER", "# SAFE"))
     (tmp_path / "b").mkdir()
     with pytest.raises(AssertionError, match="states 'SAFE'"):
         run_example("ten_lines", stated, tmp_path / "b")
@@ -519,7 +552,7 @@ def run_cli_session(block: Block, cwd: Path) -> tuple[list[str], list[str]]:
     for ln in block.code.rstrip("\n").split("\n"):
         if ln.startswith("$ "):
             argv = shlex.split(ln[2:])
-            assert argv[0] == "causalmem", f"README.md line {block.line}: not a causalmem command: {ln!r}"
+            assert argv[0] == "causalmem", f"{block.page} line {block.line}: not a causalmem command: {ln!r}"
             proc = subprocess.run([sys.executable, "-m", "causalmem", *argv[1:]], cwd=cwd, env=child_env(cwd),
                                   capture_output=True, text=True, timeout=TIMEOUT)
             assert proc.returncode == 0, f"{ln!r} failed (exit {proc.returncode}):\n{proc.stderr}"
@@ -540,7 +573,7 @@ def test_cli_sessions_print_what_the_readme_shows(blocks, tmp_path):
         cwd = tmp_path / f"s{k}"
         cwd.mkdir()
         shown, got = run_cli_session(block, cwd)
-        assert got == shown, f"README.md line {block.line}: the session prints\n" + "\n".join(got) + \
+        assert got == shown, f"{block.page} line {block.line}: the session prints\n" + "\n".join(got) + \
             "\nbut the README shows\n" + "\n".join(shown)
 
 
@@ -548,6 +581,6 @@ def test_a_changed_cli_output_fails(blocks, tmp_path):
     """The CLI comparison is not vacuous: the demo block with one energy changed fails it."""
     demo = next(b for b in cli_sessions(blocks) if b.first.startswith("$ causalmem demo"))
     assert "+0.4725  production crash" in demo.code
-    changed = Block(demo.heading, demo.lang, demo.line, demo.code.replace("+0.4725", "+0.4726", 1))
+    changed = Block(demo.heading, demo.lang, demo.line, demo.code.replace("+0.4725", "+0.4726", 1), page=demo.page)
     shown, got = run_cli_session(changed, tmp_path)
     assert got != shown

@@ -1,6 +1,6 @@
 """Sleep stage 4b — structural transfer: meta ``similar_to`` links between decisions of different
 tasks that share the *structure* of what happened, so spreading from one task reaches the other
-task's lesson (issue 13 item 4, CausalEval category 16).
+task's lesson (CausalEval category 16).
 
 Stage 4's REM links need the two decisions' words to overlap (pattern Jaccard ≥ 0.65). Lessons
 transfer between tasks whose words do not: "pointed DNS at the new cluster before it was ready →
