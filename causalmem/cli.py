@@ -220,6 +220,8 @@ def cmd_show(args, out) -> int:
 def cmd_ui(args, out) -> int:
     from .viz.server import serve
 
+    # the inspector searches with the channels Memory.search and the MCP server use by default
+    args.semantic = not getattr(args, "no_semantic", False)
     with _open_existing(args) as mem:
         def ready(url: str) -> None:
             mode = "writable" if args.writable else "read-only"
@@ -354,6 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free port)")
     u.add_argument("--writable", action="store_true", help="allow feedback and sleep from the page")
     u.add_argument("--open", action="store_true", help="open the page in the default browser")
+    u.add_argument("--no-semantic", dest="no_semantic", action="store_true",
+                   help="search without the semantic channel (lexical + graph only)")
     u.set_defaults(func=cmd_ui)
     for name, sp in sub.choices.items():
         # Accept --db/--semantic after the subcommand too; SUPPRESS keeps the top-level value.

@@ -243,3 +243,37 @@ def test_cli_search_uses_the_semantic_channel_by_default(tmp_path):
 
     assert "Tomás" in cli("search", "who is my boss?").splitlines()[0]
     assert "(no match)" in cli("search", "who is my boss?", "--no-semantic")
+
+
+def test_the_inspector_searches_with_the_semantic_channel_by_default(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    import urllib.parse
+    import urllib.request
+    from pathlib import Path
+
+    db = tmp_path / "ui.db"
+    with Memory(db) as m:
+        m.add("My manager is Tomás, he runs the platform team")
+        m.add("Lunch is at noon")
+        m.wait_embedded()
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+
+    def texts(*extra):
+        proc = subprocess.Popen([sys.executable, "-m", "causalmem", "--db", str(db), "ui", *extra],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            line = proc.stdout.readline()
+            url = line.split(" on ")[1].split()[0]
+            q = urllib.parse.urlencode({"q": "who is my boss?"})
+            with urllib.request.urlopen(f"{url}api/search?{q}", timeout=120) as r:
+                return json.dumps(json.loads(r.read()), ensure_ascii=False)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+    assert "Tomás" in texts()
+    assert "Tomás" not in texts("--no-semantic")
