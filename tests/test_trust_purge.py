@@ -218,7 +218,7 @@ _SECOND = """
 import sys, threading
 from pathlib import Path
 from causalmem import Memory, Config
-import causalmem.vector_index as vx
+import causalmem.vector_files as vx  # the module fold_segment takes SegmentWriter from
 
 hold = {hold!r}
 if hold == "fold":  # its index keeper takes a fold's snapshot and opens the segment's graph, then
