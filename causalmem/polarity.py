@@ -54,6 +54,15 @@ PHRASES_EN = {("timed", "out"): "timed_out", ("rolled", "back"): "rolled_back", 
               ("went", "down"): "went_down", ("out", "of"): "out_of"}
 NEGATIVE_EN = NEGATIVE_EN | {"timed_out", "rolled_back", "went_down"}
 NEGATORS_EN = NEGATORS_EN | {"no_longer"}
+# Operational phrasing: the pager, queues, disks and builds (measured on benchmarks/polarity_eval.py).
+PHRASES_EN.update({("went", "off"): "went_off", ("backed", "up"): "backed_up", ("filled", "up"): "filled_up",
+                   ("blew", "up"): "blew_up", ("went", "red"): "went_red", ("piled", "up"): "piled_up",
+                   ("fell", "behind"): "fell_behind", ("went", "green"): "went_green", ("to", "zero"): "to_zero"})
+NEGATIVE_EN = NEGATIVE_EN | {"went_off", "backed_up", "filled_up", "blew_up", "went_red", "piled_up", "fell_behind",
+                             "stale", "expired", "fired", "restarting", "crashloop", "500s", "5xx", "paged"}
+POSITIVE_EN = POSITIVE_EN | {"went_green", "drained", "to_zero"}
+# "errors dropped to zero": "to zero" repairs the failure words around it
+REPAIR_EN = REPAIR_EN | {"to_zero"}
 CLAUSE_EN = frozenset({"but", "however", "although", "though", "yet", "while", "whereas"})
 
 NEGATIVE_ZH = frozenset("""

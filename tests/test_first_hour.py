@@ -277,3 +277,14 @@ def test_the_inspector_searches_with_the_semantic_channel_by_default(tmp_path):
 
     assert "Tomás" in texts()
     assert "Tomás" not in texts("--no-semantic")
+
+
+def test_polarity_covers_operational_phrasing_and_negation():
+    from causalmem.polarity import guess_polarity
+
+    for text in ("pager went off", "dashboards went stale", "stale config served", "queue backed up",
+                 "disk filled up", "pods kept restarting", "build went red", "certificates expired"):
+        assert guess_polarity(text) == "negative", text
+    for text in ("errors dropped to zero", "build went green", "queue drained", "no more timeouts"):
+        assert guess_polarity(text) == "positive", text
+    assert guess_polarity("the team met at noon") is None
