@@ -456,6 +456,20 @@ def test_search_never_waits_for_the_index_to_load(db_path, monkeypatch):
         assert _top(mem, _texts(400)[9]) == _texts(400)[9]
 
 
+def test_keeper_join_waits_for_its_thread_and_stop_ends_it(db_path):
+    with Memory(db_path, embedder=HashEmbedder(), config=_cfg()) as mem:
+        mem.add([{"role": "user", "content": t} for t in _texts(50)], user_id="u", infer=False)
+        mem.flush()
+        assert mem._views.wait_vectors(60, folded=True)
+        keeper = mem._views.keeper
+        assert keeper.join(0.05) is False  # idle but alive: join does not ask it to end
+        keeper.kick()
+        assert keeper.wait_idle(60)  # still serving kicks after the join
+        keeper.stop(timeout=30)
+        assert keeper.join(0) is True
+        assert not [t for t in threading.enumerate() if t is keeper._thread and t.is_alive()]
+
+
 def test_without_usearch_every_search_is_exact_and_nothing_is_written(db_path, monkeypatch):
     monkeypatch.setattr("causalmem.vector_segments.usearch_available", lambda: False)  # read there
     with Memory(db_path, embedder=HashEmbedder(), config=_cfg()) as mem:
