@@ -89,6 +89,27 @@ def check_scope_value(value: Any, name: str) -> str | None:
     return check_unicode(value, name)
 
 
+def link_and_dedupe(turns: list[tuple[str | None, str, dict]], session_id: str | None,
+                    link: bool | None, dedupe: bool | None) -> tuple[bool, bool]:
+    """``add``'s ``link`` and ``dedupe`` flags, checked and defaulted.
+
+    ``link``: chain the turns by temporal edges. Default: yes for a conversation (dicts with a role,
+    speaker or other fields, or any call with a ``session_id``: its turns continue the session), no
+    for plain texts (a string, or a list of strings: separate memories, e.g. a bulk load of notes).
+    ``dedupe``: a text that is, exactly, a live memory of the same scope is that memory (returned;
+    its access count goes up by one and its last access is now) instead of a second copy. Default:
+    yes for unlinked texts, no for linked turns (a turn is an event: "ok" said twice is two turns).
+    """
+    for name, flag in (("link", link), ("dedupe", dedupe)):
+        if flag is not None and not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True, False or None (the default), got {type(flag).__name__}")
+    if link is None:
+        link = session_id is not None or not all(speaker is None and not extra for speaker, _t, extra in turns)
+    if dedupe is None:
+        dedupe = not link
+    return link, dedupe
+
+
 def normalize_messages(messages: Any) -> list[tuple[str | None, str, dict]]:
     """(speaker, text, extra) per turn from a string, OpenAI-style or {speaker, text} dicts."""
     if isinstance(messages, str):

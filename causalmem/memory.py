@@ -44,17 +44,9 @@ class Memory:
                  clock: Callable[[], float] | None = None, embedder: Any = "auto", judge: Any = None,
                  distiller: Any = None, read_only: bool = False, backend: str | None = None,
                  embed_handoff: str | bool | None = None) -> None:
-        """``embed_handoff`` (default ``config.embed_handoff``, "auto"): what ``close()`` does with rows
-        this process wrote that still have no vector — "auto", "drain" or "off" (``Config``)."""
-        if config is not None and not isinstance(config, Config):
-            raise TypeError(f"config must be a causalmem.Config, got {type(config).__name__}")
-        if clock is not None and not callable(clock):
-            raise TypeError("clock must be a zero-argument callable returning POSIX seconds")
-        if not isinstance(read_only, bool):
-            raise TypeError(f"read_only must be True or False, got {type(read_only).__name__}")
-        _args.check_embedder_spec(embedder)
-        if not read_only:
-            _args.check_db_path(path, backend)
+        """``embed_handoff``: what ``close()`` does with rows still without a vector (``Config.embed_handoff``)."""
+        _args.check_memory_args(path, config=config, clock=clock, embedder=embedder, read_only=read_only,
+                                backend=backend)
         self.config = config or Config()
         if embed_handoff is not None:
             self.config = dataclasses.replace(self.config, embed_handoff=embed_handoff)
@@ -235,26 +227,16 @@ class Memory:
             dedupe: bool | None = None) -> AddResult:
         """Store each turn of a conversation as its own chunk, linked in order by temporal edges.
 
-        ``link``: chain the turns by temporal edges. Default: yes for a conversation (dicts with a role,
-        speaker or other fields, or any call with a ``session_id``: its turns continue the session), no
-        for plain texts (a string, or a list of strings: separate memories, e.g. a bulk load of notes).
-        ``dedupe``: a text that is, exactly, a live memory of the same scope is that memory (returned;
-        its access count goes up by one and its last access is now) instead of a second copy. Default:
-        yes for unlinked texts, no for linked turns (a turn is an event: "ok" said twice is two turns).
+        ``link`` (chain turns by temporal edges) and ``dedupe`` (an exact live duplicate in the scope is
+        that memory): defaults and rules in :func:`causalmem.ingest.link_and_dedupe`.
 
         ``infer=True`` also stores what the distiller extracts (asked before the lock is taken).
         The turns are stored whatever the distiller does: a failed call or an unusable answer is
         logged and reported in ``distill_error``, bad items are skipped and listed in
         ``distill_skipped``, at most the distiller's ``max_items`` (default 50) are kept.
         """
-        for name, flag in (("link", link), ("dedupe", dedupe)):
-            if flag is not None and not isinstance(flag, bool):
-                raise TypeError(f"{name} must be True, False or None (the default), got {type(flag).__name__}")
         turns = ingest.normalize_messages(messages)
-        if link is None:
-            link = session_id is not None or not all(speaker is None and not extra for speaker, _t, extra in turns)
-        if dedupe is None:
-            dedupe = not link
+        link, dedupe = ingest.link_and_dedupe(turns, session_id, link, dedupe)
         scope = w.check_scope(user_id, agent_id, run_id)
         if session_id is not None and (not isinstance(session_id, str) or not session_id):
             raise ValueError(f"session_id must be a non-empty string or None, got {session_id!r}")
