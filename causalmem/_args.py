@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .config import Config
+
 __all__ = ["check_db_path", "check_embedder_spec", "EMBEDDER_ACCEPTED"]
 
 EMBEDDER_ACCEPTED = ("'auto' (the packaged all-MiniLM-L6-v2), None (semantic channel off), 'torch', 'onnx', "
@@ -52,7 +54,7 @@ def check_embedder_spec(spec: Any) -> None:
     name that is neither a backend, a local directory nor a cached model); never a network call."""
     if spec is None:
         return
-    from .semantic import BACKENDS, _resolve_model
+    from .semantic import BACKENDS, resolve_model
 
     if isinstance(spec, (str, os.PathLike)):
         text = os.fspath(spec)
@@ -61,7 +63,7 @@ def check_embedder_spec(spec: Any) -> None:
         low = text.strip().lower()
         if low == "auto" or low in BACKENDS:
             return
-        _name, target, local = _resolve_model(text)
+        _name, target, local = resolve_model(text)
         if local:
             return
         name = target[len("sentence-transformers/"):] if target.startswith("sentence-transformers/") else target
@@ -77,3 +79,17 @@ def check_embedder_spec(spec: Any) -> None:
         raise TypeError(f"embedder object {type(spec).__name__} has encode but no {' / '.join(missing)}; "
                         f"accepted: {EMBEDDER_ACCEPTED}")
     raise TypeError(f"embedder must be one of: {EMBEDDER_ACCEPTED}; got {type(spec).__name__} {spec!r}"[:400])
+
+
+def check_memory_args(path: Any, *, config: Any, clock: Any, embedder: Any, read_only: Any,
+                      backend: str | None) -> None:
+    """``Memory(...)``'s arguments, checked before anything is opened: each error names the argument."""
+    if config is not None and not isinstance(config, Config):
+        raise TypeError(f"config must be a causalmem.Config, got {type(config).__name__}")
+    if clock is not None and not callable(clock):
+        raise TypeError("clock must be a zero-argument callable returning POSIX seconds")
+    if not isinstance(read_only, bool):
+        raise TypeError(f"read_only must be True or False, got {type(read_only).__name__}")
+    check_embedder_spec(embedder)
+    if not read_only:
+        check_db_path(path, backend)

@@ -103,7 +103,7 @@ def _sentence_transformers_available() -> bool:
     return importlib.util.find_spec("sentence_transformers") is not None
 
 
-def _resolve_model(model: str | os.PathLike[str]) -> tuple[str, str, bool]:
+def resolve_model(model: str | os.PathLike[str]) -> tuple[str, str, bool]:
     """-> (canonical model_name, load target for SentenceTransformer, target is local)."""
     text = os.fspath(model)
     if not isinstance(text, str) or not text.strip():
@@ -197,7 +197,7 @@ class SentenceTransformerEmbedder:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if not isinstance(device, str) or not device:
             raise ValueError(f"device must be a non-empty string such as 'cpu', got {device!r}")
-        self.model_name, self._target, self._local = _resolve_model(model)
+        self.model_name, self._target, self._local = resolve_model(model)
         self.device = device
         self.batch_size = batch_size
         self._model: Any = None
