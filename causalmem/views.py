@@ -1096,6 +1096,10 @@ class Views:
     def _queued(self, value: list[tuple[float, list[int], list[list[int]]]]) -> None:
         self.reinforcement.queued = value
 
+    @_queued.setter
+    def _queued(self, value: list[tuple[float, list[int], list[list[int]]]]) -> None:
+        self.reinforcement.queued = value
+
     @property
     def _pending_co(self) -> dict[tuple[int, int], float]:
         return self.reinforcement.pending_co
