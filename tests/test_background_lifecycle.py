@@ -61,6 +61,8 @@ def test_two_hundred_memories_leave_no_thread_child_or_descriptor(tmp_path, monk
     while _hand_offs(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not _hand_offs(tmp_path)
+    if os.environ.get("CAUSALMEM_TEST_BACKEND", "sqlite") == "postgres":
+        return  # a PostgreSQL memory hands nothing off: its queue waits for the next long-lived opener
     assert any((tmp_path / f"m{i}.db").exists() for i in range(0, N_MEMORIES, HAND_OFF_EVERY))
     for i in range(0, N_MEMORIES, HAND_OFF_EVERY):  # and they did their work
         with Memory(str(tmp_path / f"m{i}.db"), embedder=None) as mem:

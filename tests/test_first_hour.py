@@ -144,7 +144,8 @@ def test_hand_recorded_edges_say_where_they_came_from(tmp_path):
         assert m.record_decision("a", "b", source="user_feedback").source == "user_feedback"
         assert m.record_decision("c", "d").confidence == pytest.approx(0.6)  # unchanged
     repo = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p),
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     out = subprocess.run([sys.executable, "-m", "causalmem", "--db", str(db), "record", "restart kafka",
                           "consumers caught up"], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -198,7 +199,8 @@ def test_mcp_write_then_search_finds_the_write(tmp_path):
     anyio = pytest.importorskip("anyio")
     mcp = pytest.importorskip("mcp")
     repo = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p),
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     found = []
 
     async def session():
@@ -233,7 +235,8 @@ def test_cli_search_uses_the_semantic_channel_by_default(tmp_path):
         m.wait_embedded()
         assert "Tomás" in m.search("who is my boss?")[0].text  # Python's default
     repo = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p),
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
     def cli(*args):
         out = subprocess.run([sys.executable, "-m", "causalmem", "--db", str(db), *args], capture_output=True,
@@ -260,7 +263,8 @@ def test_the_inspector_searches_with_the_semantic_channel_by_default(tmp_path):
         m.add("Lunch is at noon")
         m.wait_embedded()
     repo = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p),
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
     def texts(*extra):
         proc = subprocess.Popen([sys.executable, "-m", "causalmem", "--db", str(db), "ui", *extra],
