@@ -611,7 +611,7 @@ def paired_mode(args: argparse.Namespace, convs: list[dict], emb: Any, cfg: Conf
                 path = fresh_copy(base, f"on{k}.db")
                 with Memory(path, embedder=emb, config=vcfg) as mem:
                     if no_access:  # the learned links alone: no access counts / importance written
-                        mem._views.accessed = lambda fx, nids: None  # type: ignore[method-assign]
+                        mem._views.effects.accessed = lambda fx, nids: None  # type: ignore[method-assign]
                         mem._views.store.touch_chunks_batch = lambda touches: None  # type: ignore[method-assign]
                     on[name] = ask_all(mem, convs, dia_of, channels, fusion, reinforce=True, params=params,
                                        agent=agent)

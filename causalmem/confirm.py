@@ -71,5 +71,5 @@ def confirm(views: Views, chunk_ids: list[str]) -> int:
             if new > (old or 0.0):
                 deltas.append((a, b, new - (old or 0.0)))
         views.store.credit_cooccurrence(credit)
-        views.confirmed_links(fx, nids, deltas)
+        views.effects.confirmed_links(fx, nids, deltas)
     return len(pairs)

@@ -170,7 +170,7 @@ class Memory:
                 raise ValueError(f"edge {edge_id!r} is already invalid "
                                  f"(since {row.valid_to:.3f}, reason: {row.invalid_reason or 'none'})")
             w.invalidate_edge(self._views, fx, row.eid, reason)
-            self._views.count_write(fx)
+            self._views.effects.count_write(fx)
         return self.get_edge(edge_id)
 
     def restore(self, edge_id: str) -> Edge:
@@ -186,7 +186,7 @@ class Memory:
             if row.valid_to is not None:
                 raise ValueError(f"chunk {chunk_id!r} is already deleted")
             w.delete_chunk(self._views, fx, row.nid)
-            self._views.count_write(fx)
+            self._views.effects.count_write(fx)
 
     def delete_all(self, *, user_id: str | None = None, agent_id: str | None = None,
                    run_id: str | None = None, purge: bool = False) -> int:

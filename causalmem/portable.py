@@ -285,6 +285,6 @@ def import_memory(views: Views, path: str | os.PathLike[str] | IO[str]) -> dict[
             fh.close()
     with views.write() as fx:
         counts = views.store.import_records(records)
-        views.purged(fx)  # rebuild every view from the store
-        views.count_write(fx)
+        views.effects.purged(fx)  # rebuild every view from the store
+        views.effects.count_write(fx)
     return counts

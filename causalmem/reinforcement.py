@@ -40,6 +40,7 @@ class ReinforceHost(Protocol):
     lock: threading.RLock
     projection: Any
     chunks: Any
+    effects: Any  # view_effects.AfterCommit (``accessed``)
 
     def now(self) -> float: ...
 
@@ -48,8 +49,6 @@ class ReinforceHost(Protocol):
     def vectors_of(self, nids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
 
     def note(self, kind: str, ids: Sequence[int] | np.ndarray) -> None: ...
-
-    def accessed(self, fx: Effects, nids: Sequence[int]) -> None: ...
 
     def commit_adopted(self, seq: int, importance: list[tuple[int, float]]) -> None: ...
 
@@ -201,7 +200,7 @@ class Reinforcement:
             for g in groups:
                 self.host.note("o", g)
             self.store.credit_cooccurrence(rows)
-        self.host.accessed(fx, [n for _t, nids, _groups in queued for n in nids])
+        self.host.effects.accessed(fx, [n for _t, nids, _groups in queued for n in nids])
         fx.append(self.pending_co.clear)  # the store holds them now (the overlay keeps showing them)
 
     def adopted(self, done: tuple[int, dict, list[int] | None, list[tuple]], batch: Queued) -> None:

@@ -271,6 +271,19 @@ class VectorView:
                 log.warning("causalmem: could not stamp the vector index in %s: %s", directory, exc)
                 return False
 
+    def wait_loaded(self, timeout: float | None = None, *, folded: bool = False) -> bool:
+        """Block until the vector index holds every stored vector (loaded: searchable, exact or not);
+        ``folded=True`` also waits for the keeper's pending folds / saves. False on timeout."""
+        if self.embedder is None:
+            return True
+        with self.host.lock:
+            vi = self.get_index()
+        if vi is None:
+            return True
+        if not vi.ready_event.wait(timeout):
+            return False
+        return self.host.keeper.wait_idle(timeout) if folded else True
+
     def get_index(self) -> VectorIndex | None:
         """The vector index (created empty: the keeper thread loads the stored vectors into it).
 

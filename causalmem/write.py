@@ -233,7 +233,8 @@ def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
     updates = [(st[2], st[6], st[4], st[5], st[0]) for st in state.values() if st[6]]
     if updates:
         store.add_edge_evidence(updates)
-        views.edges_reweighted(fx, [(st[0], key[2], st[2]) for key, st in state.items() if st[6] and st[7] is None])
+        reweighted = [(st[0], key[2], st[2]) for key, st in state.items() if st[6] and st[7] is None]
+        views.effects.edges_reweighted(fx, reweighted)
     # 3. contradiction fast path (rule judge): a new success *annotates* the failures of the same
     #    decision as they stand at its position in the batch (superseded_by); retiring them is sleep's
     #    judge's call, never a write-time guess
@@ -246,12 +247,12 @@ def record_batch(views: Views, fx: Effects, items: Sequence[dict[str, Any]],
             for by, eid in notes:
                 sup.setdefault(eid, by)
     # 4. in-memory views, after commit
-    views.chunks_added(fx, list(map(_new_chunk, [(c.nid, t, keys[(t, sc)], now, None, q0, sc, None)
+    views.effects.chunks_added(fx, list(map(_new_chunk, [(c.nid, t, keys[(t, sc)], now, None, q0, sc, None)
                                                       for (t, sc), c in zip(new_keys, created)])),
                        {c.nid: vecs[t] for (t, _sc), c in zip(new_keys, created) if t in vecs} if vecs else None)
-    views.edges_added(fx, [NewEdge(eid, r["src"], r["dst"], r["relation"], r["confidence"])
+    views.effects.edges_added(fx, [NewEdge(eid, r["src"], r["dst"], r["relation"], r["confidence"])
                            for r, (eid, _e) in zip(rows, inserted)])
-    views.count_write(fx)
+    views.effects.count_write(fx)
     # the edges as stored: a new one from its row (the first item of its key), an existing one
     # read back after the update (its own history and notes)
     made: dict[int, Edge] = {}
@@ -353,7 +354,7 @@ def get_or_create_chunk(views: Views, fx: Effects, text: str, kind: str, scope: 
         agent_id=scope[1], run_id=scope[2], session_id=session_id, metadata=metadata)
     if vec is not None:
         views.store_vectors([(nid, text, vec)])
-    views.chunks_added(fx, [NewChunk(nid, text, kind, now, event_time, q0, scope, session_id)],
+    views.effects.chunks_added(fx, [NewChunk(nid, text, kind, now, event_time, q0, scope, session_id)],
                        {nid: vec} if vec is not None else None)
     return nid, cid, True
 
@@ -364,13 +365,13 @@ def insert_edge(views: Views, fx: Effects, src: int, dst: int, relation: Relatio
     eid, edge_id = views.store.insert_edge(
         src=src, dst=dst, relation=relation, subtype=subtype, confidence=confidence, source=source,
         polarity=polarity, task_tag=task_tag, event_time=event_time, discovered_at=views.now())
-    views.edges_added(fx, [NewEdge(eid, src, dst, relation, confidence)])
+    views.effects.edges_added(fx, [NewEdge(eid, src, dst, relation, confidence)])
     return eid, edge_id
 
 
 def invalidate_edge(views: Views, fx: Effects, eid: int, reason: str | None, superseded_by: str | None = None) -> None:
     views.store.set_edge_invalid(eid, views.now(), reason, superseded_by)
-    views.edge_invalidated(fx, eid)
+    views.effects.edge_invalidated(fx, eid)
 
 
 def restore_edge(views: Views, fx: Effects, row: EdgeRow) -> None:
@@ -381,20 +382,20 @@ def restore_edge(views: Views, fx: Effects, row: EdgeRow) -> None:
         if not views.store.chunk_alive(nid):
             raise ValueError(f"edge {row.id!r} cannot be restored: its {name} chunk was deleted")
     views.store.restore_edge(row.eid)
-    views.edge_restored(fx, row.eid)
-    views.count_write(fx)
+    views.effects.edge_restored(fx, row.eid)
+    views.effects.count_write(fx)
 
 
 def delete_chunk(views: Views, fx: Effects, nid: int) -> None:
     views.store.set_chunk_deleted(nid, views.now())
-    views.chunk_deleted(fx, nid)
+    views.effects.chunk_deleted(fx, nid)
 
 
 def delete_scope(views: Views, fx: Effects, filters: Mapping[str, str | None]) -> int:
     nids = views.store.chunk_nids(filters=filters)
     for nid in nids:
         delete_chunk(views, fx, nid)
-    views.count_write(fx, max(1, len(nids)))
+    views.effects.count_write(fx, max(1, len(nids)))
     return len(nids)
 
 
@@ -403,8 +404,8 @@ def purge_scope(views: Views, fx: Effects, filters: Mapping[str, str | None]) ->
     derived from it leave the store; the in-memory views are rebuilt from what is left."""
     nids = views.store.chunk_nids(filters=filters, live_only=False)
     n = views.store.purge_chunks(nids)
-    views.purged(fx)
-    views.count_write(fx, max(1, n))
+    views.effects.purged(fx)
+    views.effects.count_write(fx, max(1, n))
     return n
 
 
@@ -412,7 +413,7 @@ def delete_all(views: Views, scope: Scope, *, purge: bool) -> int:
     """``Memory.delete_all`` of a checked, non-empty scope: a soft delete, or a purge followed by a
     rewrite of the file (the bytes leave the disk)."""
     filters = scope_filters(scope)
-    with views.purging() if purge else contextlib.nullcontext():
+    with views.effects.purging() if purge else contextlib.nullcontext():
         with views.write() as fx:
             n = purge_scope(views, fx, filters) if purge else delete_scope(views, fx, filters)
     if purge:
@@ -433,7 +434,7 @@ def feedback(views: Views, chunk_id: Any, reward: float) -> float:
         if nid is None:
             raise KeyError(f"unknown chunk_id {chunk_id!r}")
         q = learning.apply_feedback(views.store, nid, reward, views.config)
-        views.q_changed(fx, nid, q)
+        views.effects.q_changed(fx, nid, q)
     return q
 
 
@@ -469,9 +470,9 @@ def link(views: Views, fx: Effects, s: ChunkRow, d: ChunkRow, rel: Relation, sub
     else:
         conf = combine_confidence(old.confidence, confidence)
         views.store.add_edge_evidence([(conf, 1, polarity, "given", old.eid)])
-        views.edges_reweighted(fx, [(old.eid, rel.value, conf)])
+        views.effects.edges_reweighted(fx, [(old.eid, rel.value, conf)])
         edge_id = old.id
-    views.count_write(fx)
+    views.effects.count_write(fx)
     return edge_id
 
 
@@ -489,7 +490,7 @@ def add_fact(views: Views, fx: Effects, key: str, value: str, scope: Scope, *, c
     if not any(fact.nid == nid for fact in old):
         views.store.insert_fact(key=key, value=value, nid=nid, user_id=scope[0], agent_id=scope[1],
                                 run_id=scope[2], confidence=confidence, now=views.now())
-    views.count_write(fx)
+    views.effects.count_write(fx)
     return cid
 
 
@@ -501,9 +502,9 @@ def update_chunk(views: Views, fx: Effects, row: ChunkRow, text: str | None, vec
     if metadata is not None:
         merged = {**(json.loads(row.metadata) if row.metadata else {}), **metadata}
         views.store.set_chunk_metadata(row.nid, {k: v for k, v in merged.items() if v is not None})
-        views.metadata_changed(fx, row.nid)
+        views.effects.metadata_changed(fx, row.nid)
         if text is None:
-            views.count_write(fx)
+            views.effects.count_write(fx)
     if text is not None:
         update_text(views, fx, row, text, vec)
 
@@ -514,8 +515,8 @@ def update_text(views: Views, fx: Effects, row: ChunkRow, text: str, vec: np.nda
     views.store.set_chunk_text(row.nid, text, views.now())
     if vec is not None:
         views.store_vectors([(row.nid, text, vec)])
-    views.text_updated(fx, row.nid, text, vec)
-    views.count_write(fx)
+    views.effects.text_updated(fx, row.nid, text, vec)
+    views.effects.count_write(fx)
 
 
 # ---------------------------------------------------------------------------------- conversations
@@ -605,10 +606,10 @@ def add_turns(views: Views, fx: Effects, rows: list[dict[str, Any]], scope: Scop
                   "event_time": r["event_time"], "discovered_at": now}
                  for a, b, r in zip(chain, chain[1:], rows[len(rows) - len(chain) + 1:])] if link else []
     inserted = store.insert_edges_bulk(edge_rows) if edge_rows else []
-    views.chunks_added(fx, [NewChunk(nid, r["text"], "turn", now, r["event_time"], r["q_value"], scope, session)
+    views.effects.chunks_added(fx, [NewChunk(nid, r["text"], "turn", now, r["event_time"], r["q_value"], scope, session)
                             for nid, r in zip(nids, rows)],
                        dict(zip(nids, vecs)) if vecs is not None else None)
-    views.edges_added(fx, [NewEdge(eid, er["src"], er["dst"], Relation.TEMPORAL, 1.0)
+    views.effects.edges_added(fx, [NewEdge(eid, er["src"], er["dst"], Relation.TEMPORAL, 1.0)
                            for er, (eid, _e) in zip(edge_rows, inserted)])
     new = [Chunk(id=c.id, text=r["text"], kind="turn", q_value=r["q_value"], importance=5.0, created_at=now,
                  event_time=r["event_time"], user_id=scope[0], agent_id=scope[1], run_id=scope[2],
@@ -635,7 +636,7 @@ def add_messages(views: Views, turns: Sequence[tuple[str | None, str, Mapping[st
     with views.write() as fx:
         chunks = add_turns(views, fx, rows, scope, session, None, link=link, dedupe=dedupe)
         not_stored = apply_distilled(views, fx, distilled, scope, event_time) if distilled else []
-        views.count_write(fx)
+        views.effects.count_write(fx)
     return AddResult(chunks, distilled=len(distilled) - len(not_stored), distill_skipped=skipped + not_stored,
                      distill_error=error)
 

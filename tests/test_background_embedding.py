@@ -196,7 +196,7 @@ def test_cli_embed_shows_progress_and_fills_the_queue(db_path, capsys):
 
 
 def test_first_search_of_a_store_without_vectors_encodes_nothing(db_path, monkeypatch):
-    from causalmem import views
+    from causalmem import view_embedding as views
 
     monkeypatch.setattr(views, "RESUME_DELAY_S", 60.0)  # the resumed queue must not start before the search
     emb = BagEmbedder()

@@ -41,7 +41,7 @@ def test_a_search_alone_makes_no_link_by_default(mem, db_path):
         assert len(hits) >= 2
     mem.flush()
     assert _pairs(mem) == 0  # no co-occurrence pair written
-    assert not mem._projection._overlay.learned and not mem._views._pending_co  # and none in the view
+    assert not mem._projection._overlay.learned and not mem._views.reinforcement.pending_co  # and none in the view
     # the search's other reinforcement is still written: access counts
     assert sum(mem.get(x).access_count for x in (a, b, c)) > 0
     # the opt-in switch brings the search-time rule back (same hits, same session: linked); the second hit
@@ -163,9 +163,9 @@ def test_confirm_writes_the_queued_search_credit_first(db_path, clock):
         a = m.add("alpha release of the kafka consumer", user_id="u")[0].id
         b = m.add("beta rollout of the kafka consumer", user_id="u")[0].id
         hits = m.search("kafka consumer", top_k=2, user_id="u")
-        assert {h.id for h in hits} == {a, b} and m._views._queued
+        assert {h.id for h in hits} == {a, b} and m._views.reinforcement.queued
         m.confirm([a, b])
-        assert not m._views._queued
+        assert not m._views.reinforcement.queued
         assert _weight(m, a, b) == pytest.approx(cfg.hebbian_start + cfg.hebbian_step)
         got = _activation(m, "alpha release", b, user_id="u")
         m._projection.mark_stale()
@@ -188,7 +188,7 @@ def test_a_confirm_that_fails_midway_leaves_no_pair_and_no_link(mem, monkeypatch
     else:
         def fail(*args, **kwargs):
             raise RuntimeError("disk gone")
-        monkeypatch.setattr(views, "confirmed_links", fail)
+        monkeypatch.setattr(views.effects, "confirmed_links", fail)
     with pytest.raises(RuntimeError, match="disk gone"):
         mem.confirm([a, b])
     monkeypatch.undo()

@@ -97,7 +97,7 @@ def test_reranking_links_never_cross_a_scope(db_path, clock):
         m.add("alice renewed the billing contract", user_id="alice")
         for _ in range(5):  # unscoped: both users' chunks come back together, and are not linked
             assert {h.user_id for h in m.search("quarterly billing export")} == {"alice", "bob"}
-        assert all(_nid(m, bob) not in pair for pair in m._views._pending_co)
+        assert all(_nid(m, bob) not in pair for pair in m._views.reinforcement.pending_co)
         m.flush()
         assert _stored_weight(m, alice, bob) is None
         assert bob not in _hits(m, "quarterly billing export", user_id="alice")

@@ -27,7 +27,7 @@ import json, sys, time
 t0 = time.perf_counter()
 from causalmem import Memory
 t1 = time.perf_counter()
-import causalmem.views as _v; _v.WORKER_START_DELAY_S = _v.RESUME_DELAY_S = _v.CLOSE_DRAIN_S = 3600.0  # no wall-clock window
+import causalmem.view_embedding as _v; _v.WORKER_START_DELAY_S = _v.RESUME_DELAY_S = _v.CLOSE_DRAIN_S = 3600.0  # no wall-clock window
 mem = Memory({db!r})  # the default: the model installed, background embedding
 {search}
 for k in range(2):
@@ -36,7 +36,7 @@ for k in range(2):
 views = mem._views
 mem.close()
 t2 = time.perf_counter()
-emb = views._embedder
+emb = views.vector_view.resolved
 print(json.dumps({{"model_loaded": emb is not None and (getattr(emb, "_sess", None) is not None
                                                        or getattr(emb, "_sess_one", None) is not None),
                    "write_s": t2 - t1, "import_s": t1 - t0}}))
@@ -117,7 +117,7 @@ def test_a_process_with_its_model_loaded_embeds_its_own_rows_at_close(tmp_path):
 def test_while_one_embedder_runs_a_closing_writer_starts_none_and_nothing_is_lost(tmp_path, monkeypatch):
     """The lock is held (as by a running detached embedder): writers closing meanwhile start no child;
     the holder, once done, finds their rows when it looks at the queue again after releasing the lock."""
-    from causalmem import views as views_mod
+    from causalmem import view_embedding as views_mod
     from causalmem.embedding import LOCK_FD_ENV
 
     db = tmp_path / "agent.db"
@@ -146,8 +146,8 @@ def test_while_one_embedder_runs_a_closing_writer_starts_none_and_nothing_is_los
     with Memory(db) as m:
         # a handed-off child starts no background worker of its own: none can take the late writer's rows
         # before the recheck does (it did under load before: n == 12, a resumed worker took 2)
-        assert m._views.handoff_child
+        assert m._views.embedding.handoff_child
         n = m.reembed()
-        assert m._views._worker is None
+        assert m._views.embedding._worker is None
     assert passes == [10] and n == 14 and _missing(db) == (0, 14)
     assert _wait_lock_free(db, 5)

@@ -29,7 +29,7 @@ MODEL = "all-MiniLM-L6-v2"
 WRITER = """
 import json, sys
 from causalmem import Config, Memory
-import causalmem.views as _v; _v.WORKER_START_DELAY_S = _v.RESUME_DELAY_S = _v.CLOSE_DRAIN_S = 3600.0  # no wall-clock window
+import causalmem.view_embedding as _v; _v.WORKER_START_DELAY_S = _v.RESUME_DELAY_S = _v.CLOSE_DRAIN_S = 3600.0  # no wall-clock window
 mem = Memory({db!r}{kwargs})
 for k in range(2):
     mem.record_decision("request {i} changed setting %d of the queue consumer" % k,
@@ -37,10 +37,10 @@ for k in range(2):
 {more}
 views = mem._views
 mem.close()
-emb = views._embedder
+emb = views.vector_view.resolved
 print(json.dumps({{"model_loaded": emb is not None and any(getattr(emb, a, None) is not None
                                                           for a in ("_sess", "_sess_one", "_model")),
-                   "mode": views.handoff}}))
+                   "mode": views.embedding.handoff}}))
 """
 
 
@@ -200,7 +200,7 @@ def test_a_bounded_child_goes_on_with_rows_written_while_it_ran_but_not_the_old_
     after its pass and before it released the lock are found by its second look (they are newer than
     its floor); the older backlog below the floor is never touched. The holder never starts its own
     background worker (deterministic under load: no timer races the pass)."""
-    from causalmem import views as views_mod
+    from causalmem import view_embedding as views_mod
 
     db = tmp_path / "agent.db"
     old = _old_backlog(db, 10)
@@ -225,9 +225,9 @@ def test_a_bounded_child_goes_on_with_rows_written_while_it_ran_but_not_the_old_
     monkeypatch.setenv(LOCK_FD_ENV, str(fd))
     monkeypatch.setenv(ROWS_ENV, f"{floor};")
     with Memory(db) as m:
-        assert m._views.handoff_child
+        assert m._views.embedding.handoff_child
         n = m.reembed()
-        assert m._views._worker is None  # a handed-off child never starts a background worker
+        assert m._views.embedding._worker is None  # a handed-off child never starts a background worker
     assert passes == [(8, True)] and n == 12
     have, live = _vectors(db)
     assert have == live - old and len(live - have) == 20
@@ -247,7 +247,7 @@ def test_bad_values_are_refused_with_the_argument_named(tmp_path, monkeypatch):
         Memory(db)
     monkeypatch.setenv(HANDOFF_ENV, "drain")
     with Memory(db, embed_handoff="off", embedder=None) as m:
-        assert m._views.handoff == "drain" and m.config.embed_handoff == "off"
+        assert m._views.embedding.handoff == "drain" and m.config.embed_handoff == "off"
 
 
 def test_a_writer_that_only_rewrote_an_old_text_hands_off_that_one_and_later_rows(tmp_path):

@@ -20,15 +20,15 @@ WRITER = """
 import json, sys
 sys.path.insert(0, {repo!r})
 from causalmem import Memory
-import causalmem.views as _v; _v.WORKER_START_DELAY_S = _v.RESUME_DELAY_S = _v.CLOSE_DRAIN_S = 3600.0  # no wall-clock window
+import causalmem.view_embedding as _v; _v.WORKER_START_DELAY_S = _v.RESUME_DELAY_S = _v.CLOSE_DRAIN_S = 3600.0  # no wall-clock window
 mem = Memory({db!r})  # the default: the model installed, background embedding
 mem.record_decision({decision!r}, {outcome!r})
 views = mem._views
 mem.close()
-emb = views._embedder  # resolving is cheap; the model loads on the first encode
+emb = views.vector_view.resolved  # resolving is cheap; the model loads on the first encode
 print(json.dumps({{"model_loaded": emb is not None and getattr(emb, "_sess", None) is not None,
-                   "worker_started": views._worker is not None and views._worker._thread is not None,
-                   "loaded_views": sorted(views._file_seq),
+                   "worker_started": views.embedding._worker is not None and views.embedding._worker._thread is not None,
+                   "loaded_views": sorted(views.files.file_seq),
                    "tables": views.chunks is not None}}))
 """
 
@@ -57,7 +57,7 @@ def test_one_shot_writers_touch_no_index_file_and_load_no_model(tmp_path):
     with Memory(db) as m:  # the reader: every write is there at once (lexical + graph)
         hits = m.search("kafka consumer lag", top_k=10, reinforce=False)
         assert {f"switched the queue to kafka {i}" for i in range(3)} <= {h.text for h in hits}
-        assert m._views.caught_up is not None and m._projection.rebuilds == 0
+        assert m._views.files.caught_up is not None and m._projection.rebuilds == 0
         chain = m.search_causal("switched the queue to kafka 2")
         assert any("consumer lag vanished 2" in str(c) for c in chain)
         # the deferred start does not delay flush: every vector is there when it returns
@@ -76,7 +76,7 @@ def test_a_writer_that_stays_open_still_embeds_in_the_background(tmp_path):
         m.record_decision("pinned the numpy version", "the build passed again")
         deadline = time.monotonic() + 120
         # the worker counts a batch after its commit: wait on its count, not on the table
-        while m._views._worker is None or m._views._worker.embedded < 2:
+        while m._views.embedding._worker is None or m._views.embedding._worker.embedded < 2:
             assert time.monotonic() < deadline, "no vectors after 120 s"
             time.sleep(0.2)
         assert m._store.chunks_missing_embedding(m._views.embedder.model_name, limit=1) == []

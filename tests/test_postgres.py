@@ -664,7 +664,7 @@ def test_a_search_run_ahead_of_its_change_check_is_ranked_again_after_another_ho
         a.search("decision 3 on the cache")
         for i in range(3):
             del passes[:]
-            sent, queued = a._store.checks_sent, len(a._views._queued)
+            sent, queued = a._store.checks_sent, len(a._views.reinforcement.queued)
             assert "outcome 4 of the cache" in [h.text for h in a.search("outcome 4 of the cache")]
             assert len(passes) == 1 and a._store.checks_sent == sent + 1  # the fast path
             b.record_decision(f"rotate the signing key {i}", f"token refresh storm {i}")
@@ -674,7 +674,7 @@ def test_a_search_run_ahead_of_its_change_check_is_ranked_again_after_another_ho
             assert f"token refresh storm {i}" in [h.text for h in hits]  # the other host's write
             assert len(passes) == 2 and a._store.checks_sent == sent + 1  # ranked again, the check in front
             assert a._store._pending is None
-            assert len(a._views._queued) == queued + 2  # one entry per search returned, not per pass
+            assert len(a._views.reinforcement.queued) == queued + 2  # one entry per search returned, not per pass
 
 
 def test_a_bulk_copy_that_fails_raises_inside_its_transaction(pg_dsn):

@@ -250,7 +250,7 @@ def test_a_default_search_sends_only_its_change_check_and_the_queue_goes_out_on_
         mem.record_many([(f"rollout step {i} of the cache", f"rollout effect {i} of the cache") for i in range(300)])
         mem.search("rollout step 1")  # views, row mirror and co-occurrence mirror built
         mem.flush()
-        flusher = mem._views._flusher
+        flusher = mem._views.reinforcement.flusher
         flusher.twin = mem._store.writer_twin()
         count = Statements(monkeypatch, mem._store.conn)
         twin = Statements(monkeypatch, flusher.twin.conn)
@@ -281,9 +281,9 @@ def _one_by_one(views, fx, queued):
         views.store.touch_chunks(nids, t)
         for g in groups:
             learning.hebbian_credit(views.store, g, t, views.config)
-            views._note("o", g)
-        views.accessed(fx, nids)
-    fx.append(views._pending_co.clear)
+            views.note("o", g)
+        views.effects.accessed(fx, nids)
+    fx.append(views.reinforcement.pending_co.clear)
 
 
 def test_the_batched_queue_write_leaves_what_search_by_search_writes_left(pg_dsn):
@@ -294,7 +294,7 @@ def test_the_batched_queue_write_leaves_what_search_by_search_writes_left(pg_dsn
     cfg = Config(reinforce_seconds=3600, reinforce_batch=50, hebbian_top=3, hebbian_search=True)
     mems = [Memory(f"{conninfo}schema={schema}_{k}", embedder=None, config=cfg) for k in ("batched", "single")]
     mems[1]._views._write_reinforcement = lambda fx, q, v=mems[1]._views: _one_by_one(v, fx, q)
-    mems[1]._views._flusher = None  # written inline, search by search; mems[0] by its flusher thread
+    mems[1]._views.reinforcement.flusher = None  # written inline, search by search; mems[0] by its flusher thread
     rnd = random.Random(3)
     try:
         for mem in mems:
@@ -399,15 +399,15 @@ def test_the_reinforcement_write_patches_the_cached_rows_instead_of_reading_them
         for i in range(16):  # the 16th search has the flusher write the queue (its own connection)
             mem.search(f"pin the {('compiler', 'linker')[i % 2]} version {i}")
         with mem._views.lock:
-            mem._views._flusher.join()
+            mem._views.reinforcement.flusher.join()
         # the flusher's commit adopted: its access counts patch the cached rows, nothing read back
-        assert read_back == [] and mem._views._queued == [] and mem._views._flusher.batches == 1
+        assert read_back == [] and mem._views.reinforcement.queued == [] and mem._views.reinforcement.flusher.batches == 1
         counts = same_as_the_database()
         assert sum(counts.values()) >= 16
         for i in range(15):
             mem.search(f"the linker build {i} went green")
         mem.feedback(edges[0].src, 1.0)  # writes the queue first, then the feedback, in one transaction
-        assert read_back[-1] > 0 and mem._views._queued == []
+        assert read_back[-1] > 0 and mem._views.reinforcement.queued == []
         assert sum(same_as_the_database().values()) > sum(counts.values())
 
 

@@ -23,7 +23,7 @@ class Held:
     """Holds the flusher's write (before it sends anything) until ``release``."""
 
     def __init__(self, mem: Memory) -> None:
-        self.flusher = mem._views._flusher
+        self.flusher = mem._views.reinforcement.flusher
         assert self.flusher is not None
         self.started, self.go = threading.Event(), threading.Event()
         write = self.flusher._write
@@ -88,7 +88,7 @@ def test_the_search_that_fills_the_batch_sends_no_write_and_the_links_stay_visib
             assert sent == []  # no statement of its own: no lock, no write, no second check
         finally:
             psycopg.Cursor.execute = execute
-        assert held.flusher.inflight and m._views._queued == []
+        assert held.flusher.inflight and m._views.reinforcement.queued == []
         assert _stored(m, a, b) is None  # the batch (the pair's first credits) not written yet ...
         seen = _activation(m, "alpha release", b, user_id="u")
         assert seen is not None and seen > 0  # ... and the next query sees the links
@@ -121,7 +121,7 @@ def test_close_writes_the_batch_in_flight_and_what_is_queued_behind_it(pg_dsn):
         returned += len(m.search(f"pin the {('compiler', 'linker')[i % 2]} version {i}"))
         if i == 7:
             assert held.started.wait(30)  # the flusher has taken the first 8
-    assert len(m._views._queued) == 5
+    assert len(m._views.reinforcement.queued) == 5
     closing = threading.Thread(target=m.close)
     closing.start()
     closing.join(0.2)
@@ -146,13 +146,13 @@ def test_a_failed_flush_keeps_the_batch_in_front_and_nothing_is_lost(pg_dsn):
             Memory(pg_dsn, embedder=None) as other:
         a = m.add("alpha release of the kafka consumer", user_id="u")[0].id
         b = m.add("beta rollout of the kafka consumer", user_id="u")[0].id
-        flusher = m._views._flusher
+        flusher = m._views.reinforcement.flusher
         with other._store.transaction():  # the writer lock, held
             for _ in range(4):
                 m.search("kafka consumer", top_k=2, user_id="u")
             with m._views.lock:
                 flusher.cond.wait_for(lambda: not flusher.inflight and not flusher.wanted, 30)
-            assert len(m._views._queued) == 4 and flusher.batches == 0
+            assert len(m._views.reinforcement.queued) == 4 and flusher.batches == 0
             assert _activation(m, "alpha release", b, user_id="u") > 0  # still visible
         m.search("kafka consumer", top_k=2, user_id="u")
         m.flush()
@@ -176,11 +176,11 @@ def test_another_hosts_write_during_a_flush_is_still_seen_by_the_next_query(pg_d
             b.record_decision(f"rollout plan {round_}", f"pager storm {round_}")  # before the flush's commit
             held.release()
             with a._views.lock:
-                a._views._flusher.join()
+                a._views.reinforcement.flusher.join()
             assert [x.text for x in a.search_causal(f"rollout plan {round_}")] == [f"pager storm {round_}"]
             b.record_decision(f"second plan {round_}", f"second storm {round_}")  # after it
             assert [x.text for x in a.search_causal(f"second plan {round_}")] == [f"second storm {round_}"]
-            a._views._flusher._write = type(a._views._flusher)._write.__get__(a._views._flusher)
+            a._views.reinforcement.flusher._write = type(a._views.reinforcement.flusher)._write.__get__(a._views.reinforcement.flusher)
         a.flush()
         rows = a._store.query("SELECT SUM(access_count) FROM chunks")[0][0]
         assert rows > 0
@@ -204,7 +204,7 @@ def test_an_idle_flusher_thread_ends_and_the_next_batch_starts_another(pg_dsn, m
     cfg = Config(reinforce_seconds=3600, reinforce_batch=4)
     with Memory(pg_dsn, embedder=None, config=cfg) as m:
         m.record_many([(f"decision {i}", f"outcome {i}") for i in range(10)])
-        flusher = m._views._flusher
+        flusher = m._views.reinforcement.flusher
         for k in range(2):
             for i in range(4):
                 m.search(f"decision {i}")

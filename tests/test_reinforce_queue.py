@@ -62,13 +62,13 @@ def _write_lock_held(m: Memory, target) -> Iterator[None]:
 def _flusher_batch_waits_for_the_lock(m: Memory) -> int:
     """PostgreSQL: the first full batch was taken by the flusher thread, which now waits for the
     writer lock; how many searches it holds (0 on SQLite, whose queue is written inline)."""
-    flusher = m._views._flusher
+    flusher = m._views.reinforcement.flusher
     if flusher is None:
         return 0
     with m._views.lock:
         while not flusher.inflight:  # taken under this lock: nothing else queues meanwhile
             flusher.cond.wait(0.01)
-        assert not m._views._queued
+        assert not m._views.reinforcement.queued
     return BATCH
 
 
@@ -105,7 +105,7 @@ def test_a_full_queue_drops_without_a_rebuild_per_search_and_warns_once(target, 
             in_flight = _flusher_batch_waits_for_the_lock(m)
             got += [[(h.id, h.score) for h in m.search(**query)] for _ in range(n - BATCH)]
             assert got == [want] * n  # the searches' results do not change
-            assert len(views._queued) == QUEUE_MAX
+            assert len(views.reinforcement.queued) == QUEUE_MAX
             # no rebuild, not even one marked for the next query: the dropped searches carried no pairs
             assert (views.projection.rebuilds, views.projection._stale, marks) == (rebuilds, stale, [])
             full = [r for r in caplog.records if FULL in r.getMessage()]
@@ -113,7 +113,7 @@ def test_a_full_queue_drops_without_a_rebuild_per_search_and_warns_once(target, 
             dropped = n - in_flight - QUEUE_MAX
             assert views.reinforce_dropped == dropped == m.stats()["reinforce_dropped"]
         written = m.flush()  # PostgreSQL: the flusher thread may have taken the rest already
-        assert not views._queued and written == (0 if in_flight and written == 0 else QUEUE_MAX)
+        assert not views.reinforcement.queued and written == (0 if in_flight and written == 0 else QUEUE_MAX)
         kept = in_flight + QUEUE_MAX  # the searches whose access counts reach the store
         after = _access_counts(m)
         assert {c: after[c] - before[c] for c in before if after[c] != before[c]} == {i: kept for i, _s in want}
@@ -142,7 +142,7 @@ def test_dropping_searches_that_carried_links_takes_their_links_out_of_the_proje
     cfg = Config(reinforce_queue_max=QUEUE_MAX, reinforce_batch=BATCH, reinforce_seconds=3600,
                  busy_timeout_ms=120_000, hebbian_search=True, hebbian_same_session=False)
     with Memory(db_path, embedder=None, config=cfg) as m:
-        if m._views._flusher is not None:
+        if m._views.reinforcement.flusher is not None:
             pytest.skip("PostgreSQL: the flusher thread takes the batch (the test above covers it)")
         a = m.add("alpha release of the kafka consumer", user_id="u")[0].id
         b = m.add("beta rollout of the kafka consumer", user_id="u")[0].id
@@ -150,9 +150,9 @@ def test_dropping_searches_that_carried_links_takes_their_links_out_of_the_proje
         with _write_lock_held(m, db_path):
             for _ in range(QUEUE_MAX):
                 m.search("kafka consumer", top_k=2, user_id="u")
-            assert views._pending_co and not views.projection._stale
+            assert views.reinforcement.pending_co and not views.projection._stale
             m.search("kafka consumer", top_k=2, user_id="u")
-            assert views.projection._stale and not views._pending_co
+            assert views.projection._stale and not views.reinforcement.pending_co
             assert views.reinforce_dropped == 1
         m.flush()
         pair = tuple(sorted((m._store.nid_of(a), m._store.nid_of(b))))

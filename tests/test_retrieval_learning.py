@@ -142,7 +142,7 @@ def test_weight_is_capped_in_the_view_and_in_the_store(two):
     cap = m.config.hebbian_cap
     for _ in range(40):  # 0.2 + 39 x 0.05 would be 2.15
         m.search("kafka consumer", top_k=2, user_id="u")
-    assert sum(m._views._pending_co.values()) == pytest.approx(cap)
+    assert sum(m._views.reinforcement.pending_co.values()) == pytest.approx(cap)
     seen = _activation(m, "alpha release", b, user_id="u")
     m.flush()
     assert _stored_weight(m, a, b) == pytest.approx(cap)
@@ -173,7 +173,7 @@ def test_learned_links_never_cross_a_scope(db_path, clock):
             hits = m.search("quarterly billing export")
             assert {h.user_id for h in hits} == {"alice", "bob"}
         m.search("billing alice", user_id="alice")  # a scoped search links alice's own chunks
-        pending = m._views._pending_co
+        pending = m._views.reinforcement.pending_co
         nb = _nid(m, bob)
         assert pending and all(nb not in pair for pair in pending)  # nothing learned across scopes
         assert _pair(m, alice, alice2) in pending
@@ -190,7 +190,7 @@ def test_dropped_reinforcement_takes_its_links_back(two):
     m, a, b = two
     m.search("kafka consumer", top_k=2, user_id="u")
     assert (_activation(m, "alpha release", b, user_id="u") or 0) > 0
-    m._views.drop_reinforcement("test")
+    m._views.reinforcement.drop("test")
     assert _activation(m, "alpha release", b, user_id="u") is None
     m.flush()
     assert _stored_weight(m, a, b) is None

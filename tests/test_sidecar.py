@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from causalmem import Config, Memory
 from causalmem import sidecar
-from causalmem import views as views_module
+from causalmem import view_files as views_module
 from causalmem.chunks import ChunkTable
 from causalmem.lexical import BM25Index
 from causalmem.projection import build_graph
@@ -73,8 +73,8 @@ def _assert_same_as_rebuild(mem: Memory) -> None:
 def _crash(mem: Memory) -> None:
     """Drop a Memory the way a killed process does: nothing saved, nothing flushed."""
     views = mem._views
-    views.stop_worker()
-    views._queued = []
+    views.embedding.stop()
+    views.reinforcement.queued = []
     mem._store.close()
 
 
@@ -240,7 +240,7 @@ class SidecarMachine(RuleBasedStateMachine):
         self.mem._views.tables()
         # what close saved is what this open uses (the invariant then compares it with a rebuild),
         # and every answer is the one the closing process gave
-        assert {"chunks", "lexical"} <= set(self.mem._views._file_seq)
+        assert {"chunks", "lexical"} <= set(self.mem._views.files.file_seq)
         assert self._answers() == before
 
     @rule(a=text_st, b=text_st)
@@ -281,7 +281,7 @@ def test_close_writes_the_files_and_a_fresh_open_uses_them(tmp_path):
     assert sorted(p.name for p in idx.iterdir() if p.name != "index.lock") == ["chunks.cmx", "lexical.cmx", "projection.cmx"]
     with Memory(path, embedder=None) as m:
         m.search("deploy failed", reinforce=False)
-        assert set(m._views._file_seq) == {"chunks", "lexical", "projection"}  # loaded, not rebuilt
+        assert set(m._views.files.file_seq) == {"chunks", "lexical", "projection"}  # loaded, not rebuilt
         assert m._projection.rebuilds == 0
         _assert_same_as_rebuild(m)
 
@@ -325,7 +325,7 @@ def test_a_damaged_or_foreign_file_is_rebuilt_never_trusted(tmp_path, how, caplo
     with caplog.at_level(logging.INFO, logger="causalmem"):
         with Memory(path, embedder=None) as m:
             got = [[(h.id, round(h.score, 9)) for h in m.search(q, reinforce=False)] for q in QUERIES]
-            assert "lexical" not in m._views._file_seq
+            assert "lexical" not in m._views.files.file_seq
             _assert_same_as_rebuild(m)
     assert got == want
     if how != "directory instead of file":
@@ -333,7 +333,7 @@ def test_a_damaged_or_foreign_file_is_rebuilt_never_trusted(tmp_path, how, caplo
         # rewritten at close: the next open uses it again
         with Memory(path, embedder=None) as m:
             m.search("cache", reinforce=False)
-            assert "lexical" in m._views._file_seq
+            assert "lexical" in m._views.files.file_seq
 
 
 @pytest.mark.parametrize("journal", [True, False])
@@ -361,10 +361,10 @@ os.kill(os.getpid(), signal.SIGKILL)
         hits = m.search("zebra unicorn", reinforce=False)
         assert "zebra migration crashed" in [h.text for h in hits]
         if journal:  # the files of the earlier state, patched with the journal's rows
-            assert m._views.caught_up is not None and m._views._file_seq["lexical"] != m._store.change_seq()
+            assert m._views.files.caught_up is not None and m._views.files.file_seq["lexical"] != m._store.change_seq()
             assert m._projection.rebuilds == 0
         else:
-            assert "lexical" not in m._views._file_seq and m._views.caught_up is None
+            assert "lexical" not in m._views.files.file_seq and m._views.files.caught_up is None
         _assert_same_as_rebuild(m)
 
 
@@ -418,7 +418,7 @@ def test_read_only_open_loads_but_never_writes(tmp_path):
     before = {p.name: p.stat().st_mtime_ns for p in idx.iterdir()}
     with Memory(path, embedder=None, read_only=True) as m:
         assert m.search("cache", reinforce=False)
-        assert "lexical" in m._views._file_seq
+        assert "lexical" in m._views.files.file_seq
     assert {p.name: p.stat().st_mtime_ns for p in idx.iterdir()} == before
 
 
@@ -433,7 +433,7 @@ def test_unchanged_views_are_restamped_not_rewritten(tmp_path):
     assert (idx / "lexical.cmx").stat().st_ino == inode
     with Memory(path, embedder=None) as m:
         m.search("cache", reinforce=False)
-        assert {"chunks", "lexical"} <= set(m._views._file_seq)
+        assert {"chunks", "lexical"} <= set(m._views.files.file_seq)
         _assert_same_as_rebuild(m)
 
 
@@ -473,7 +473,7 @@ def test_a_write_only_process_appends_to_the_journal_and_the_next_open_catches_u
     with Memory(path, embedder=None) as m:
         m.record_decision("zebra decision", "zebra outcome")
         edges = m.record_many([("zebra batch one", "giraffe outcome"), ("zebra batch two", "okapi outcome")])
-        assert not m._views._file_seq and m._views.chunks is None  # nothing loaded
+        assert not m._views.files.file_seq and m._views.chunks is None  # nothing loaded
     with Memory(path, embedder=None) as m:
         m.delete(edges[1].src)
     assert {f.name: f.read_bytes() for f in idx.glob("*.cmx")} == before  # not rewritten
@@ -483,7 +483,7 @@ def test_a_write_only_process_appends_to_the_journal_and_the_next_open_catches_u
         assert {"zebra decision", "zebra outcome", "zebra batch one"} <= texts
         assert "zebra batch two" not in texts
         views = m._views
-        assert views.caught_up is not None and views.caught_up[0] == views._file_seq["lexical"]
+        assert views.files.caught_up is not None and views.files.caught_up[0] == views.files.file_seq["lexical"]
         assert m._projection.rebuilds == 0  # the graph came from its file, patched
         got = [[(h.id, round(h.score, 9)) for h in m.search(q, reinforce=False)] for q in QUERIES + ["zebra"]]
         _assert_same_as_rebuild(m)
@@ -492,11 +492,11 @@ def test_a_write_only_process_appends_to_the_journal_and_the_next_open_catches_u
     monkeypatch.setattr(views_module, "CATCH_UP_KEEP", 2)
     with Memory(path, embedder=None) as m:
         assert got == [[(h.id, round(h.score, 9)) for h in m.search(q, reinforce=False)] for q in QUERIES + ["zebra"]]
-        assert m._views.caught_up is not None and m._projection.rebuilds == 0
+        assert m._views.files.caught_up is not None and m._projection.rebuilds == 0
     assert not (idx / sidecar.JOURNAL).exists()  # this reader's close saved the current state
     with Memory(path, embedder=None) as m:
         m.search("zebra", reinforce=False)
-        assert m._views.caught_up is None and m._views._file_seq["lexical"] == m._store.change_seq()
+        assert m._views.files.caught_up is None and m._views.files.file_seq["lexical"] == m._store.change_seq()
     shutil.rmtree(idx)
     with Memory(path, embedder=None) as m:  # views rebuilt from the database answer the same
         assert got == [[(h.id, round(h.score, 9)) for h in m.search(q, reinforce=False)] for q in QUERIES + ["zebra"]]
@@ -523,19 +523,19 @@ def test_a_broken_chain_is_never_trusted(tmp_path):
             m._views.save_sidecars = lambda: []  # keep the files of the earlier state for the next case
             texts = {h.text for h in m.search("zebra", reinforce=False)}
             assert {"first zebra", "second zebra"} <= texts
-            assert m._views.caught_up is None and "lexical" not in m._views._file_seq
+            assert m._views.files.caught_up is None and "lexical" not in m._views.files.file_seq
             _assert_same_as_rebuild(m)
     journal.write_bytes(b"".join(lines))
     with Memory(path, embedder=None) as m:  # intact: caught up
         m.search("zebra", reinforce=False)
-        assert m._views.caught_up is not None
+        assert m._views.files.caught_up is not None
         m._views.save_sidecars = lambda: []
     with Memory(path, embedder=None) as m:  # a sleep cycle commits without a journal line: a gap
         m.sleep()
         m._views.save_sidecars = lambda: []
     with Memory(path, embedder=None) as m:
         m.search("zebra", reinforce=False)
-        assert m._views.caught_up is None
+        assert m._views.files.caught_up is None
         _assert_same_as_rebuild(m)
 
 
@@ -578,11 +578,11 @@ def test_rows_inserted_by_another_sqlite_client_are_noticed(tmp_path, what, then
     with Memory(path, embedder=None) as m:
         if what == "chunk":
             assert "okapi from another client" in {h.text for h in m.search("okapi", reinforce=False)}
-            assert m._views.caught_up is None and "lexical" not in m._views._file_seq
+            assert m._views.files.caught_up is None and "lexical" not in m._views.files.file_seq
             _assert_same_as_rebuild(m)
         else:
             m.search_causal("cache decision 3")
-            assert "projection" not in m._views._file_seq and m._projection.rebuilds == 1
+            assert "projection" not in m._views.files.file_seq and m._projection.rebuilds == 1
             ids = m._projection.graph.to_arrays()
             assert ids  # rebuilt from the database: the foreign edge is in it
             eid = m._store.query("SELECT eid FROM edges WHERE id = 'foreign-edge'")[0][0]
@@ -603,7 +603,7 @@ def test_a_session_that_searched_saves_its_graph_with_the_learned_links(tmp_path
         want = [[(h.id, h.score) for h in m.search(q, reinforce=False)] for q in QUERIES]
     with Memory(path, embedder=None, config=cfg) as m:
         got = [[(h.id, h.score) for h in m.search(q, reinforce=False)] for q in QUERIES]
-        assert m._projection.rebuilds == 0 and "projection" in m._views._file_seq
+        assert m._projection.rebuilds == 0 and "projection" in m._views.files.file_seq
         assert m._projection._overlay.learned
         assert m._store.query("SELECT COUNT(*) FROM cooccurrence")[0][0] > 0
     assert got == want
@@ -650,7 +650,7 @@ def test_a_database_without_the_change_counter_gets_no_files_until_written(tmp_p
         assert m._store.change_seq() > 0
     with Memory(path, embedder=None) as m:  # written by the previous close, used now
         m.search("counted", reinforce=False)
-        assert {"chunks", "lexical"} <= set(m._views._file_seq)
+        assert {"chunks", "lexical"} <= set(m._views.files.file_seq)
         _assert_same_as_rebuild(m)
 
 

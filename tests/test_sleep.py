@@ -52,7 +52,7 @@ def _parallel_edge(mem, edge, **kw):
     src, dst = mem._store.nid_of(edge.src), mem._store.nid_of(edge.dst)
     with mem._views.write() as fx:
         _, edge_id = write.insert_edge(mem._views, fx, src, dst, Relation.parse(edge.relation), event_time=None, **kw)
-        mem._views.count_write(fx)
+        mem._views.effects.count_write(fx)
     return mem.get_edge(edge_id)
 
 

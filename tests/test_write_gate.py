@@ -90,7 +90,7 @@ def test_worker_steps_aside_for_writes_yet_embeds_and_a_flush_releases_it(tmp_pa
         mem.record_many([(f"we changed setting {i}", f"the queue {i} drained") for i in range(300)])
         gate.begin()  # a write in flight from now on
         deadline = time.monotonic() + 300
-        while views._worker is None or views._worker.embedded == 0:
+        while views.embedding._worker is None or views.embedding._worker.embedded == 0:
             assert time.monotonic() < deadline, "the worker made no progress beside a write in flight"
             time.sleep(0.05)
         held = list(events)
@@ -101,7 +101,7 @@ def test_worker_steps_aside_for_writes_yet_embeds_and_a_flush_releases_it(tmp_pa
             mem.record_many([("we changed setting x", "the queue x drained")])
             flusher = threading.Thread(target=mem.flush)
             flusher.start()  # someone waits for the vectors: no more stepping aside, the write still in flight
-            while views._worker._waiters == 0:
+            while views.embedding._worker._waiters == 0:
                 assert time.monotonic() < deadline, "the flush never waited"
                 time.sleep(0.01)
             mark = len(events)
