@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 log = logging.getLogger("causalmem")
 
-__all__ = ["Background", "live_owners", "start_thread"]
+__all__ = ["Background", "live_owners", "start_thread", "wait_for_work"]
 
 _LIVE: "weakref.WeakSet[Background]" = weakref.WeakSet()
 _LIVE_LOCK = threading.Lock()
@@ -63,6 +63,14 @@ def start_thread(name: str, target: Callable[..., Any], *args: Any,
     thread = threading.Thread(target=_guarded, args=(owner, name, target, args), name=name, daemon=True)
     thread.start()
     return thread
+
+
+def wait_for_work(cond: threading.Condition, has_work: Callable[[], bool], stopped: Callable[[], bool]) -> bool:
+    """The loop head of a kicked worker thread (embedding worker, vector keeper): with ``cond`` held,
+    wait until ``has_work()`` or ``stopped()``. True when there is work to do and no stop came."""
+    while not has_work() and not stopped():
+        cond.wait()
+    return not stopped()
 
 
 class Background:

@@ -54,6 +54,7 @@ from typing import Any, Callable, ContextManager, Protocol, Sequence
 
 import numpy as np
 
+from .background import wait_for_work
 from .config import handoff_mode
 from .store.base import text_hash
 from .vector_index import decode_rows
@@ -549,9 +550,7 @@ class EmbeddingWorker:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while self._done >= self._kicks and not self._stop:
-                    self._cond.wait()
-                if self._stop:
+                if not wait_for_work(self._cond, lambda: self._done < self._kicks, lambda: self._stop):
                     return
                 seen = self._kicks
             try:

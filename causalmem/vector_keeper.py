@@ -30,6 +30,7 @@ from typing import Any, ContextManager, Iterable, Protocol
 
 import numpy as np
 
+from .background import wait_for_work
 from . import vector_segments as segments
 from .sidecar import index_lock, purge_token, read_chain
 from .vector_codec import UNKNOWN_HASH, decode_rows, normalise_rows
@@ -158,9 +159,7 @@ class IndexKeeper:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while self._done >= self._kicks and not self._stop:
-                    self._cond.wait()
-                if self._stop:
+                if not wait_for_work(self._cond, lambda: self._done < self._kicks, lambda: self._stop):
                     return
                 seen = self._kicks
             try:

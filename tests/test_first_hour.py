@@ -222,21 +222,35 @@ def test_mcp_write_then_search_finds_the_write(tmp_path):
     assert all(any("Tomás" in t for t in hits) for hits in found), found
 
 
-def test_cli_search_uses_the_semantic_channel_by_default(tmp_path):
+
+def _boss_store(db):
+    """A store where only the semantic channel connects "who is my boss?" to its answer."""
+    m = Memory(db)
+    m.add("My manager is Tomás, he runs the platform team")
+    m.add("Lunch is at noon")
+    m.wait_embedded()
+    return m
+
+
+def _subprocess_env():
+    """The environment of a CLI subprocess: this checkout first on the path (and the suite's own
+    PYTHONPATH, the PostgreSQL shim), offline model hub."""
     import os
-    import subprocess
-    import sys
     from pathlib import Path
 
-    db = tmp_path / "cli.db"
-    with Memory(db) as m:
-        m.add("My manager is Tomás, he runs the platform team")
-        m.add("Lunch is at noon")
-        m.wait_embedded()
-        assert "Tomás" in m.search("who is my boss?")[0].text  # Python's default
     repo = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p),
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    path = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+
+
+def test_cli_search_uses_the_semantic_channel_by_default(tmp_path):
+    import subprocess
+    import sys
+
+    db = tmp_path / "cli.db"
+    with _boss_store(db) as m:
+        assert "Tomás" in m.search("who is my boss?")[0].text  # Python's default
+    env = _subprocess_env()
 
     def cli(*args):
         out = subprocess.run([sys.executable, "-m", "causalmem", "--db", str(db), *args], capture_output=True,
@@ -250,21 +264,14 @@ def test_cli_search_uses_the_semantic_channel_by_default(tmp_path):
 
 def test_the_inspector_searches_with_the_semantic_channel_by_default(tmp_path):
     import json
-    import os
     import subprocess
     import sys
     import urllib.parse
     import urllib.request
-    from pathlib import Path
 
     db = tmp_path / "ui.db"
-    with Memory(db) as m:
-        m.add("My manager is Tomás, he runs the platform team")
-        m.add("Lunch is at noon")
-        m.wait_embedded()
-    repo = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p),
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    _boss_store(db).close()
+    env = _subprocess_env()
 
     def texts(*extra):
         proc = subprocess.Popen([sys.executable, "-m", "causalmem", "--db", str(db), "ui", *extra],
