@@ -232,6 +232,7 @@ def read_dump(fh: IO[str], *, existing_ids: Callable[[list[str], str], set[str]]
     for no, kind, ref in refs:
         if ref not in lines[kind]:
             raise DumpError(f"line {no}: refers to {kind} {ref!r}, which the dump does not define")
+    _check_scopes(out)
     for kind in ("chunk", "edge"):
         ids = list(lines[kind])
         for i in range(0, len(ids), 900):
@@ -241,6 +242,26 @@ def read_dump(fh: IO[str], *, existing_ids: Callable[[list[str], str], set[str]]
                 raise DumpError(f"line {lines[kind][taken]}: {kind} id {taken!r} already exists in the target "
                                 f"database (import into an empty or different memory)")
     return out
+
+
+def _scope(rec: dict) -> tuple[str | None, str | None, str | None]:
+    return rec["user_id"], rec["agent_id"], rec["run_id"]
+
+
+def _check_scopes(out: dict[str, list[dict]]) -> None:
+    """Scope is a wall: no edge or co-occurrence pair joins two scopes, and a fact has its chunk's scope
+    (``link``, ``confirm`` and ``add_fact`` never make anything else; a dump edited by hand could)."""
+    scope = {c["id"]: _scope(c) for c in out["chunk"]}
+    for kind, a, b in (("edge", "src", "dst"), ("cooccurrence", "a", "b")):
+        for rec in out[kind]:
+            if scope[rec[a]] != scope[rec[b]]:
+                raise DumpError(f"line {rec['_line']}: {kind}: {a!r} {rec[a]!r} and {b!r} {rec[b]!r} are in different "
+                                f"scopes (user_id/agent_id/run_id {scope[rec[a]]!r} vs {scope[rec[b]]!r}); scope is a "
+                                "wall: nothing joins two scopes")
+    for rec in out["fact"]:
+        if _scope(rec) != scope[rec["chunk"]]:
+            raise DumpError(f"line {rec['_line']}: fact: its scope (user_id/agent_id/run_id {_scope(rec)!r}) is not "
+                            f"the scope of its 'chunk' {rec['chunk']!r} ({scope[rec['chunk']]!r})")
 
 
 def open_text(target: Any, mode: str) -> tuple[IO[str], bool]:
