@@ -466,7 +466,8 @@ def build_tools() -> list[ToolSpec]:
                  ("src_chunk_id", "dst_chunk_id"), edge_out, link, ids=("src_chunk_id", "dst_chunk_id")),
         ToolSpec("sleep", "Consolidate",
                  "Run one consolidation cycle over the whole database (replay, supersede contradicted failures, "
-                 "merge, mine patterns, decay); dry_run=true reports what would change and writes nothing.",
+                 "merge, mine patterns, decay); dry_run=true reports what would change and writes nothing. Not "
+                 "offered when the server is pinned to a scope.",
                  {"dry_run": {"type": "boolean", "default": False,
                               "description": "Only report what would change."}},
                  (), _schema_of(SleepReport, "What the cycle changed (or would change)."),
@@ -494,6 +495,18 @@ def build_tools() -> list[ToolSpec]:
 
 
 # ---------------------------------------------------------------------------------- the server
+#: tools that act on the whole database, never offered by a server pinned to a scope
+WHOLE_DB = ("export", "sleep")
+_PINNED_STATS_OUT = {"type": "object", "description": "Counts of the pinned scope and settings.",
+                     "additionalProperties": True, "properties": {}}
+
+
+def _pinned_stats(mem: Any, **scope: str) -> dict[str, Any]:
+    out = dict(mem.stats(**scope))
+    out.pop("path", None)
+    return out
+
+
 class _Scope:
     """The pinned scope (--user-id/--agent-id/--run-id) and its checks on ids."""
 
@@ -503,24 +516,26 @@ class _Scope:
     def check_chunk(self, mem: Any, chunk_id: str, name: str) -> None:
         if not self.pinned:
             return
+        unknown = KeyError(f"unknown {name} {chunk_id!r}")  # the same words whether absent or another scope's
         try:
             chunk = mem.get(chunk_id)
         except KeyError:
-            return  # the tool itself reports the unknown id
+            raise unknown from None
         if any(getattr(chunk, k) != v for k, v in self.pinned.items()):
-            raise KeyError(f"unknown {name} {chunk_id!r}")  # another scope's memory does not exist here
+            raise unknown  # another scope's memory does not exist here
 
     def check_edge(self, mem: Any, edge_id: str) -> None:
         if not self.pinned:
             return
+        unknown = KeyError(f"unknown edge_id {edge_id!r}")
         try:
             edge = mem.get_edge(edge_id)
         except KeyError:
-            return
+            raise unknown from None
         for end in (edge.src, edge.dst):
             chunk = mem.get(end)
             if any(getattr(chunk, k) != v for k, v in self.pinned.items()):
-                raise KeyError(f"unknown edge_id {edge_id!r}")
+                raise unknown
 
 
 def build_server(memory: Any, *, user_id: str | None = None, agent_id: str | None = None,
@@ -541,9 +556,14 @@ def build_server(memory: Any, *, user_id: str | None = None, agent_id: str | Non
             raise ValueError(f"{k} must be a non-empty string, got {v!r}")
     scope = _Scope(pinned)
     amem = AsyncMemory(memory=memory, max_workers=max_workers)
-    # export dumps the whole database: only when the Memory has it, and never for a pinned (scoped) server
+    # export dumps the whole database: only when the Memory has it, and never for a pinned (scoped) server;
+    # sleep consolidates every scope's memories (decay, supersession, merges): never on a pinned server's request
     tools = {t.name: t for t in build_tools()
-             if t.name != "export" or (hasattr(memory, "export") and not pinned)}
+             if not (t.name == "export" and not hasattr(memory, "export")) and not (pinned and t.name in WHOLE_DB)}
+    if pinned:  # the pinned scope's counts, without the database's path
+        tools["stats"] = dataclasses.replace(
+            tools["stats"], description="Counts of memories (chunks), causal edges, facts and embeddings of the "
+            "scope this server is pinned to.", output=_PINNED_STATS_OUT, call=_pinned_stats, scoped=True)
 
     listed = [
         types.Tool(name=t.name, title=t.title, description=t.description, input_schema=t.input_schema(pinned),
