@@ -340,6 +340,17 @@ class SharedStore:
     def get_meta(self, key: str) -> str | None:
         return self._one(self._q("SELECT value FROM meta WHERE key = ?"), (key,))
 
+    def existing_ids(self, ids: Sequence[str], kind: str) -> set[str]:
+        """Which of ``ids`` (chunk or edge ids, ``kind`` says which) exist already."""
+        table = {"chunk": "chunks", "edge": "edges"}[kind]
+        return {r[0] for r in self._select_in(f"SELECT id FROM {table} WHERE id IN ({{ids}})", list(ids))}
+
+    def scoped_counts(self, filters: Mapping[str, str | None]) -> dict[str, int]:
+        """``counts()`` restricted to the chunks whose scope columns equal ``filters`` (edges and
+        pairs counted by their source chunk, which shares its scope with the other end)."""
+        conds, params = filter_conditions(filters, "?", prefix="c.")
+        return count_dict(self.query(self._q(scoped_counts_sql(" AND ".join(conds) or "1 = 1")), params * 7)[0])
+
     def judged_pairs(self) -> set[str]:
         return {r[0] for r in self.query(self._q("SELECT key FROM meta WHERE key LIKE ?"), ("judged:%",))}
 

@@ -35,11 +35,9 @@ import contextlib
 import functools
 import json
 import logging
-import re
 import secrets
 import select
 import threading
-import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -47,9 +45,8 @@ import numpy as np
 
 from ..errors import RetryableStoreError, SchemaVersionError, StoreError
 from ._common import (
-    CHUNK_COLS, EXPORTS, IMPORT_COLS, chunk_columns_of, count_dict,
-    evidence_edges, export_record, filter_conditions, import_rows, scoped_counts_sql,
-    SharedStore, same_text, sleep_edge_select,
+    CHUNK_COLS, EXPORTS, IMPORT_COLS, SharedStore, chunk_columns_of, evidence_edges, export_record, import_rows,
+    same_text,
 )
 from .base import (
     CHUNK_DTYPE, COOC_DTYPE, EDGE_DTYPE, PROJECTION_CO_DTYPE, PROJECTION_EDGE_DTYPE, ChunkColumns, ChunkKey,
@@ -66,448 +63,29 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     pg_errors = None  # type: ignore[assignment]
     pg_sql = None  # type: ignore[assignment]
 
+from .postgres_follow import ChangeFollowing
+from .postgres_cache import CO_CACHE_MAX, REFRESH_MAX, ROW_CACHE_MAX, RowCache, full_row, superseded_of, touched_row
+from .postgres_schema import (
+    DEFAULT_SCHEMA, EDGE_INSERT_COLS, EDGE_INSERT_TYPES, INSERT_COLS, INSERT_TYPES, LOCK_NAMESPACE, META_UPSERT,
+    MIGRATIONS, NEXT_KEYS, OWN_NIDS, SCHEMA_NAME, SCHEMA_VERSION, SCOPE, SLEEP_EDGE_SELECT,
+    SUPERSEDED_SQL,
+)
+from .postgres_schema import OWN_TABLES as OWN_TABLES  # noqa: F401 - kept importable from here
+from .postgres_wire import RAW_ARRAY_OIDS, array_literal, array_values, int_array
+
+if psycopg is not None:
+    from .postgres_wire import CopyAhead, RawArrayLoader
+
 log = logging.getLogger("causalmem")
 
 R = TypeVar("R")
 
 __all__ = ["PostgresStore", "RetryableStoreError", "SCHEMA_VERSION", "MIGRATIONS", "is_dsn", "DEFAULT_SCHEMA"]
 
-#: schemas 1-3 are the SQLite backend's; PostgreSQL's 4-6 change only its physical layout (see
-#: ``_V4``, ``_V5``, ``_V6``; SQLite's own 4 is an index change of its own): the rows and their meaning are
-#: those of SQLite's schema 3, the same on both backends
-SCHEMA_VERSION = 6
-DEFAULT_SCHEMA = "causalmem"
-#: first key of the two-key advisory locks ("CMem")
-LOCK_NAMESPACE = 0x434D656D
-_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_full = full_row  # the name the tests read a cached row's full form by
 
-# The change log: statement-level triggers with transition tables record which rows each write
-# transaction touched, under that transaction's change sequence (``kind`` = table code + i/u/d).
-# Another host's views catch up from these keys instead of re-reading everything.
-_LOG_TRIGGERS = """
-        CREATE FUNCTION log_{table}() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $f$
-        BEGIN
-            INSERT INTO changes (seq, kind, key)
-            SELECT COALESCE(NULLIF(current_setting('causalmem.seq', true), '')::bigint,
-                            (SELECT seq FROM causalmem_state)), TG_ARGV[0], {key} FROM changed_rows;
-            RETURN NULL;
-        END $f$;
-        CREATE TRIGGER {table}_log_i AFTER INSERT ON {table} REFERENCING NEW TABLE AS changed_rows
-            FOR EACH STATEMENT EXECUTE FUNCTION log_{table}('{code}i');
-        CREATE TRIGGER {table}_log_u AFTER UPDATE ON {table} REFERENCING NEW TABLE AS changed_rows
-            FOR EACH STATEMENT EXECUTE FUNCTION log_{table}('{code}u');
-        CREATE TRIGGER {table}_log_d AFTER DELETE ON {table} REFERENCING OLD TABLE AS changed_rows
-            FOR EACH STATEMENT EXECUTE FUNCTION log_{table}('{code}d');
-"""
-# Schema 3: one change-log row per statement and kind, its keys as an array (a batch of 4,000 chunks
-# logs one row, not 4,000). The log restarts empty: a host further behind re-reads everything.
-_LOG_V3 = """
-        DROP TABLE changes;
-        CREATE TABLE changes (
-            seq BIGINT NOT NULL,
-            kind TEXT NOT NULL,
-            keys BIGINT[] NOT NULL
-        );
-        CREATE INDEX changes_seq ON changes(seq);
-        UPDATE causalmem_state SET log_floor = seq;
-""" + "".join(f"""
-        CREATE OR REPLACE FUNCTION log_{table}() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $f$
-        BEGIN
-            INSERT INTO changes (seq, kind, keys)
-            SELECT COALESCE(NULLIF(current_setting('causalmem.seq', true), '')::bigint,
-                            (SELECT seq FROM causalmem_state)), TG_ARGV[0], array_agg({key}) FROM changed_rows
-            HAVING COUNT(*) > 0;
-            RETURN NULL;
-        END $f$;""" for table, key in (("chunks", "nid"), ("edges", "eid"), ("cooccurrence", "a"),
-                                      ("embeddings", "nid")))
-# Schema 4 (PostgreSQL only; the logical content is SQLite's schema 3):
-# * an edge's two ends are checked once per statement instead of by a foreign key's per-row trigger
-#   (a lookup and a row lock per end, ~2/3 of a bulk edge insert's server time): the inserted ends
-#   must all be chunks, and those not inserted by this transaction are locked FOR KEY SHARE, as the
-#   foreign key locks them, so a concurrent delete of an end waits for this transaction and then
-#   fails its own check; deleting (or renumbering) a chunk an edge still names is refused. The
-#   same integrity as the foreign key, for every client of the database, in one query per insert
-#   statement (updates of src/dst or of a chunk's nid, which causalmem never makes, per row).
-# * the exact-text reuse index holds the text hash alone (the scope is checked on the few rows a
-#   hash finds): a smaller entry per chunk in the one index whose inserts land in random order.
-# each check: a trigger function that raises foreign_key_violation when ``failed`` holds after ``body``
-_FK_CHECK = """
-        CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT{plan} AS $f$
-        DECLARE
-            wanted BIGINT;
-            found BIGINT;
-            locked BIGINT;
-        BEGIN{body}
-            IF {failed} THEN
-                RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation', MESSAGE = '{message}';
-            END IF;
-            RETURN {ret};
-        END $f$;
-        CREATE TRIGGER {trigger} {event} FOR EACH {level} EXECUTE FUNCTION {name}();
-"""
-# one index probe per key (never a scan of the chunks or edges, whatever the planner estimates)
-_PROBES = " SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off"
-_ENDS = "(SELECT src AS nid FROM new_edges UNION SELECT dst FROM new_edges)"
-_NO_END = "an edge names a chunk that does not exist (edges.src/dst -> chunks.nid)"
-_V4 = """
-        ALTER TABLE edges DROP CONSTRAINT IF EXISTS edges_src_fkey;
-        ALTER TABLE edges DROP CONSTRAINT IF EXISTS edges_dst_fkey;
-        DROP INDEX IF EXISTS chunks_reuse;
-        CREATE INDEX chunks_reuse ON chunks(text_hash);
-""" + _FK_CHECK.format(
-    # ends inserted (or last updated) by this transaction are invisible to, or locked against, every
-    # other one: no lock needed; the others are locked as a foreign key would
-    name="check_edge_ends", plan=_PROBES, ret="NULL", message=_NO_END, level="STATEMENT",
-    trigger="edges_ends_i", event="AFTER INSERT ON edges REFERENCING NEW TABLE AS new_edges",
-    body=f"""
-            SELECT COUNT(*), COUNT(c.nid) FILTER (WHERE c.xmin = pg_current_xact_id()::xid) INTO wanted, found
-            FROM {_ENDS} e LEFT JOIN chunks c ON c.nid = e.nid;
-            IF found < wanted THEN
-                SELECT COUNT(*) INTO locked FROM (SELECT 1 FROM chunks c JOIN {_ENDS} e ON c.nid = e.nid
-                    WHERE c.xmin <> pg_current_xact_id()::xid FOR KEY SHARE OF c) f;
-                found := found + locked;
-            END IF;""", failed="found <> wanted") + _FK_CHECK.format(
-    name="check_edge_ends_moved", plan="", ret="NEW", message=_NO_END, level="ROW",
-    trigger="edges_ends_u", event="BEFORE UPDATE OF src, dst ON edges", body="""
-            SELECT COUNT(*) INTO found FROM (SELECT 1 FROM chunks c WHERE c.nid IN (NEW.src, NEW.dst)
-                FOR KEY SHARE) f;""",
-    failed="found <> (CASE WHEN NEW.src = NEW.dst THEN 1 ELSE 2 END)") + _FK_CHECK.format(
-    name="check_chunk_unreferenced", plan=_PROBES, ret="NULL", level="STATEMENT",
-    message="a chunk that an edge still names cannot be deleted (edges.src/dst -> chunks.nid)",
-    trigger="chunks_referenced_d", event="AFTER DELETE ON chunks REFERENCING OLD TABLE AS old_chunks", body="",
-    failed="EXISTS (SELECT 1 FROM old_chunks o JOIN edges e ON e.src = o.nid "
-           "WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.nid = o.nid)) "
-           "OR EXISTS (SELECT 1 FROM old_chunks o JOIN edges e ON e.dst = o.nid "
-           "WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.nid = o.nid))") + _FK_CHECK.format(
-    name="check_chunk_renumbered", plan="", ret="NEW", level="ROW",
-    message="a chunk that an edge still names cannot be renumbered (edges.src/dst -> chunks.nid)",
-    trigger="chunks_referenced_u", event="BEFORE UPDATE OF nid ON chunks", body="",
-    failed="NEW.nid <> OLD.nid AND EXISTS (SELECT 1 FROM edges e WHERE e.src = OLD.nid OR e.dst = OLD.nid)")
-# Schema 5 (PostgreSQL only, the rows unchanged): the change log's key arrays are stored out of line
-# uncompressed. A bulk write logs one array of thousands of keys per statement; compressing it
-# (pglz, the default for arrays over 2 kB) was ~9% of a 2,000-pair ``record_many``'s server time.
-_V5 = """
-        ALTER TABLE changes ALTER COLUMN keys SET STORAGE EXTERNAL;
-"""
-# Schema 6 (PostgreSQL only, the rows unchanged):
-# * no ``chunks_scope`` index. No statement causalmem sends on PostgreSQL used it: the reuse lookup
-#   finds its rows by text hash and checks the scope with ``IS NOT DISTINCT FROM`` (which a btree does
-#   not answer), and a whole-scope statement (``delete``/``stats`` of one user) reads most of the
-#   table anyway. It cost an index entry per chunk written (~8% of a bulk write's server time) and
-#   per updated row version.
-# * ``chunks`` and ``cooccurrence`` keep 10% of each page free (``fillfactor`` 90; pages written
-#   before keep theirs): the access counts a search's reinforcement writes and the co-occurrence
-#   upserts change no indexed column, so with room on the page they update in place (HOT, no new
-#   index entries) instead of moving every updated row to a new page.
-# * the edge-end check skips the ends that this (sub)transaction's own bulk ``COPY`` of chunks just
-#   inserted: the store names that key range in the transaction-local setting ``causalmem.own_nids``
-#   (``lo:hi``) in the same (sub)transaction, right before the ``COPY``, so an error of the ``COPY``
-#   rolls the setting back with the rows. A delete or renumbering of any chunk clears it. The other ends are checked
-#   (and locked) as before.
-_OWN_NIDS = "causalmem.own_nids"
-_V6 = f"""
-        DROP INDEX IF EXISTS chunks_scope;
-        ALTER TABLE chunks SET (fillfactor = 90);
-        ALTER TABLE cooccurrence SET (fillfactor = 90);
-        CREATE OR REPLACE FUNCTION check_edge_ends() RETURNS trigger LANGUAGE plpgsql
-        SET search_path FROM CURRENT{_PROBES} AS $f$
-        DECLARE
-            wanted BIGINT;
-            found BIGINT;
-            locked BIGINT;
-            own TEXT := current_setting('{_OWN_NIDS}', true);
-            lo BIGINT := 0;
-            hi BIGINT := -1;
-        BEGIN
-            IF own IS NOT NULL AND own <> '' THEN
-                lo := split_part(own, ':', 1)::bigint;
-                hi := split_part(own, ':', 2)::bigint;
-            END IF;
-            SELECT COUNT(*), COUNT(*) FILTER (WHERE e.nid BETWEEN lo AND hi) INTO wanted, found FROM {_ENDS} e;
-            IF found < wanted THEN
-                SELECT found + COUNT(c.nid) FILTER (WHERE c.xmin = pg_current_xact_id()::xid) INTO found
-                FROM {_ENDS} e LEFT JOIN chunks c ON c.nid = e.nid WHERE e.nid NOT BETWEEN lo AND hi;
-            END IF;
-            IF found < wanted THEN
-                SELECT COUNT(*) INTO locked FROM (SELECT 1 FROM chunks c JOIN {_ENDS} e ON c.nid = e.nid
-                    WHERE e.nid NOT BETWEEN lo AND hi AND c.xmin <> pg_current_xact_id()::xid FOR KEY SHARE OF c) f;
-                found := found + locked;
-            END IF;
-            IF found <> wanted THEN
-                RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation', MESSAGE = '{_NO_END}';
-            END IF;
-            RETURN NULL;
-        END $f$;
-        CREATE OR REPLACE FUNCTION check_chunk_unreferenced() RETURNS trigger LANGUAGE plpgsql
-        SET search_path FROM CURRENT{_PROBES} AS $f$
-        BEGIN
-            PERFORM set_config('{_OWN_NIDS}', '', true);
-            IF EXISTS (SELECT 1 FROM old_chunks o JOIN edges e ON e.src = o.nid
-                       WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.nid = o.nid))
-               OR EXISTS (SELECT 1 FROM old_chunks o JOIN edges e ON e.dst = o.nid
-                          WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.nid = o.nid)) THEN
-                RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
-                    MESSAGE = 'a chunk that an edge still names cannot be deleted (edges.src/dst -> chunks.nid)';
-            END IF;
-            RETURN NULL;
-        END $f$;
-        CREATE OR REPLACE FUNCTION check_chunk_renumbered() RETURNS trigger LANGUAGE plpgsql
-        SET search_path FROM CURRENT AS $f$
-        BEGIN
-            IF NEW.nid <> OLD.nid THEN
-                PERFORM set_config('{_OWN_NIDS}', '', true);
-                IF EXISTS (SELECT 1 FROM edges e WHERE e.src = OLD.nid OR e.dst = OLD.nid) THEN
-                    RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
-                        MESSAGE = 'a chunk that an edge still names cannot be renumbered (edges.src/dst -> chunks.nid)';
-                END IF;
-            END IF;
-            RETURN NEW;
-        END $f$;
-"""
 #: change-log rows older than this many transactions are pruned (a host further behind re-reads all)
 LOG_KEEP = 4096
-
-MIGRATIONS: list[tuple[str, str]] = [
-    (
-        "initial schema",
-        """
-        CREATE TABLE chunks (
-            nid BIGINT PRIMARY KEY,
-            id TEXT NOT NULL UNIQUE,
-            text TEXT NOT NULL,
-            text_hash BIGINT NOT NULL,
-            kind TEXT NOT NULL,
-            created_at DOUBLE PRECISION NOT NULL,
-            event_time DOUBLE PRECISION,
-            q_value DOUBLE PRECISION NOT NULL,
-            importance DOUBLE PRECISION NOT NULL DEFAULT 5.0,
-            access_count BIGINT NOT NULL DEFAULT 0,
-            last_accessed_at DOUBLE PRECISION,
-            user_id TEXT,
-            agent_id TEXT,
-            run_id TEXT,
-            session_id TEXT,
-            metadata TEXT NOT NULL DEFAULT '{}',
-            valid_to DOUBLE PRECISION
-        );
-        CREATE INDEX chunks_reuse ON chunks(text_hash, user_id, agent_id, run_id);
-        CREATE INDEX chunks_scope ON chunks(user_id, agent_id, run_id);
-        CREATE INDEX chunks_session ON chunks(session_id, nid);
-        CREATE TABLE edges (
-            eid BIGINT PRIMARY KEY,
-            id TEXT NOT NULL UNIQUE,
-            src BIGINT NOT NULL REFERENCES chunks(nid),
-            dst BIGINT NOT NULL REFERENCES chunks(nid),
-            relation TEXT NOT NULL,
-            rel_code INTEGER NOT NULL,
-            subtype TEXT,
-            confidence DOUBLE PRECISION NOT NULL,
-            source TEXT NOT NULL,
-            polarity TEXT,
-            task_tag TEXT,
-            event_time DOUBLE PRECISION,
-            discovered_at DOUBLE PRECISION NOT NULL,
-            valid_to DOUBLE PRECISION,
-            invalid_reason TEXT,
-            superseded_by TEXT
-        );
-        CREATE INDEX edges_src ON edges(src);
-        CREATE INDEX edges_dst ON edges(dst);
-        CREATE TABLE cooccurrence (
-            a BIGINT NOT NULL,
-            b BIGINT NOT NULL,
-            weight DOUBLE PRECISION NOT NULL,
-            hits BIGINT NOT NULL DEFAULT 1,
-            updated_at DOUBLE PRECISION NOT NULL,
-            PRIMARY KEY (a, b)
-        );
-        CREATE INDEX cooccurrence_b ON cooccurrence(b);
-        CREATE TABLE facts (
-            fid BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-            key TEXT NOT NULL,
-            value TEXT NOT NULL,
-            nid BIGINT NOT NULL REFERENCES chunks(nid),
-            user_id TEXT,
-            agent_id TEXT,
-            run_id TEXT,
-            confidence DOUBLE PRECISION NOT NULL,
-            created_at DOUBLE PRECISION NOT NULL,
-            valid_to DOUBLE PRECISION
-        );
-        CREATE INDEX facts_key ON facts(key, user_id, agent_id, run_id);
-        CREATE INDEX facts_nid ON facts(nid);
-        CREATE TABLE embeddings (
-            nid BIGINT PRIMARY KEY REFERENCES chunks(nid),
-            model TEXT NOT NULL,
-            dim INTEGER NOT NULL,
-            text_hash BIGINT NOT NULL,
-            vector BYTEA NOT NULL
-        );
-        CREATE INDEX embeddings_model ON embeddings(model);
-        CREATE TABLE chunk_history (
-            hid BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-            nid BIGINT NOT NULL,
-            event TEXT NOT NULL,
-            old_text TEXT,
-            new_text TEXT,
-            at DOUBLE PRECISION NOT NULL
-        );
-        CREATE INDEX chunk_history_nid ON chunk_history(nid);
-        CREATE INDEX chunk_history_event ON chunk_history(event, hid);
-        CREATE TABLE meta (
-            key TEXT PRIMARY KEY,
-            value TEXT
-        );
-        CREATE TABLE changes (
-            seq BIGINT NOT NULL,
-            kind TEXT NOT NULL,
-            key BIGINT NOT NULL
-        );
-        CREATE INDEX changes_seq ON changes(seq);
-        """ + "".join(_LOG_TRIGGERS.format(table=t, key=k, code=c) for t, k, c in (
-            ("chunks", "nid", "c"), ("edges", "eid", "e"), ("cooccurrence", "a", "o"), ("embeddings", "nid", "v"))),
-    ),
-    (
-        "polarity origin, evidence count, edge pair index",
-        """
-        ALTER TABLE edges ADD COLUMN polarity_origin TEXT;
-        ALTER TABLE edges ADD COLUMN evidence BIGINT NOT NULL DEFAULT 1;
-        UPDATE edges SET polarity_origin = CASE WHEN polarity IS NULL THEN 'unknown' ELSE 'guessed' END;
-        CREATE INDEX edges_pair ON edges(src, dst, relation);
-        """,
-    ),
-    (
-        "leaner write-path indexes (as SQLite's schema 3), superseded-edge indexes",
-        # As the SQLite backend's schema 3: only turns need the session index, and edges_pair starts
-        # with src. The two partial indexes hold only the (few) edges that mark a chunk superseded,
-        # so the row cache's read of the whole superseded set costs that set, not a scan of the edges.
-        """
-        DROP INDEX IF EXISTS chunks_session;
-        CREATE INDEX chunks_session ON chunks(session_id, nid) WHERE session_id IS NOT NULL;
-        DROP INDEX IF EXISTS edges_src;
-        CREATE INDEX edges_superseded ON edges(dst) WHERE valid_to IS NULL AND superseded_by IS NOT NULL;
-        CREATE INDEX edges_superseding ON edges(dst)
-            WHERE valid_to IS NULL AND subtype IN ('invalidates', 'supersedes');
-        """ + _LOG_V3,
-    ),
-    (
-        "edge ends checked per statement, a text-hash-only reuse index",
-        _V4,
-    ),
-    (
-        "change-log key arrays stored uncompressed",
-        _V5,
-    ),
-    (
-        "no scope index, room for in-place updates, the edge-end check skips a transaction's own new chunks",
-        _V6,
-    ),
-]
-OWN_TABLES = frozenset({"chunks", "edges", "cooccurrence", "facts", "embeddings", "chunk_history", "meta",
-                        "changes", "causalmem_state"})
-assert len(MIGRATIONS) == SCHEMA_VERSION
-
-#: the columns an insert of a chunk sets (and the order a just-inserted row is cached in)
-INSERT_COLS = ("nid, id, text, text_hash, kind, created_at, event_time, q_value, importance, user_id, agent_id, "
-               "run_id, session_id, metadata")
-#: their types (a binary ``COPY`` sends them as these)
-INSERT_TYPES = ("int8", "text", "text", "int8", "text", "float8", "float8", "float8", "float8", "text", "text", "text",
-                "text", "text")
-_META_UPSERT = "INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
-_SCOPE = "user_id IS NOT DISTINCT FROM %s AND agent_id IS NOT DISTINCT FROM %s AND run_id IS NOT DISTINCT FROM %s"
-
-
-
-_SLEEP_EDGE_SELECT = sleep_edge_select("({})::int")
-# the next free chunk and edge keys: MAX + 1, above every purged key too
-_NEXT_KEYS = ("GREATEST((SELECT COALESCE(MAX(nid), 0) FROM chunks), (SELECT COALESCE(MAX(value::bigint), 0) "
-              "FROM meta WHERE key = 'purged_max_nid')) + 1, GREATEST((SELECT COALESCE(MAX(eid), 0) FROM edges), "
-              "(SELECT COALESCE(MAX(value::bigint), 0) FROM meta WHERE key = 'purged_max_eid')) + 1")
-
-# binary array types read as raw bytes by ``_columns``: int8[], int4[], float8[]
-_RAW_ARRAY_OIDS = (1016, 1007, 1022)
-
-
-if psycopg is not None:
-    from psycopg.adapt import Loader
-    from psycopg.copy import LibpqWriter
-    from psycopg.pq import Format
-
-    class _RawArrayLoader(Loader):
-        """An array column left as its binary wire form (parsed by ``_array_values``)."""
-
-        format = Format.BINARY
-
-        def load(self, data: Any) -> Any:
-            return data
-
-
-    class _CopyAhead(LibpqWriter):
-        """Ends a ``COPY FROM`` without waiting for the server's reply (``PostgresStore._copy_ahead``);
-        on an error while writing, ends it at once as psycopg does."""
-
-        def __init__(self, store: PostgresStore, cursor: Any) -> None:
-            super().__init__(cursor)
-            self.store = store
-
-        def finish(self, exc: BaseException | None = None) -> None:
-            if exc is not None:
-                super().finish(exc)
-                return
-            self._pgconn.put_copy_end()
-            self.store._pending = "copy"
-            self._pgconn.flush()  # whatever the socket takes now; the rest goes out when settled
-
-
-def _array_values(data: Any, code: str) -> np.ndarray:
-    """The elements of a one-dimensional binary array without NULLs (header: ndim, flags, element
-    type, then size and lower bound per dimension; each element: 4-byte length, value)."""
-    buf = bytes(data)
-    ndim = int.from_bytes(buf[0:4], "big")
-    if ndim == 0:
-        return np.empty(0, dtype=code)
-    if ndim != 1 or int.from_bytes(buf[4:8], "big"):
-        raise StoreError("unexpected array layout from the server")
-    n = int.from_bytes(buf[12:16], "big")
-    cells = np.frombuffer(buf, dtype=np.dtype([("len", ">i4"), ("v", code)]), offset=20)
-    if len(cells) != n or bool((cells["len"] != np.dtype(code).itemsize).any()):
-        raise StoreError("unexpected array layout from the server")
-    return cells["v"]
-
-
-# chunk nid -> id of the chunk superseding it (see ``superseded_chunks``); ``where`` narrows ``e``
-_SUPERSEDED_SQL = (
-    "SELECT e.dst, d.id FROM edges e JOIN edges n ON n.id = e.superseded_by "
-    "JOIN chunks d ON d.nid = n.dst WHERE {where}e.valid_to IS NULL "
-    "AND e.superseded_by IS NOT NULL AND n.dst <> e.dst AND n.relation <> 'meta' "
-    "UNION ALL SELECT e.dst, s.id FROM edges e JOIN chunks s ON s.nid = e.src "
-    "WHERE {where}e.valid_to IS NULL AND e.subtype IN ('invalidates', 'supersedes') AND s.valid_to IS NULL")
-
-
-def _superseded_of(rows: Iterable[Sequence[Any]]) -> dict[int, str]:
-    out: dict[int, str] = {}
-    for nid, by in rows:
-        out.setdefault(int(nid), by)
-    return out
-
-
-#: the columns ``insert_edges_bulk`` sets
-EDGE_INSERT_COLS = ("eid, id, src, dst, relation, rel_code, subtype, confidence, source, polarity, polarity_origin, "
-                    "task_tag, event_time, discovered_at")
-EDGE_INSERT_TYPES = ("int8", "text", "int8", "int8", "text", "int4", "text", "float8", "text", "text", "text", "text",
-                     "float8", "float8")
-
-
-def _array_literal(values: Any) -> Any:
-    """A list of ints or floats as an array literal (untyped; the statement casts it): numbers
-    only, each as Python writes it (``repr`` of a float reads back as the same double)."""
-    return pg_sql.SQL("'{" + ",".join(map(repr, values)) + "}'")
-
-
-def _int_array(values: Iterable[int]) -> str:
-    """An integer array as its text literal: bound once as text, parsed by the server (psycopg
-    adapts a Python list element by element)."""
-    return "{" + ",".join(str(int(v)) for v in values) + "}"
 
 
 @functools.lru_cache(maxsize=256)
@@ -527,7 +105,7 @@ def split_dsn(dsn: str) -> tuple[str, str]:
             schema = v
         else:
             rest.append((k, v))
-    if not _SCHEMA_NAME.match(schema):
+    if not SCHEMA_NAME.match(schema):
         raise ValueError(f"schema must be a plain SQL identifier (letters, digits, _; at most 63), got {schema!r}")
     return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment)), schema.lower()
 
@@ -545,130 +123,7 @@ def _retryable(exc: BaseException) -> bool:
     return pg_errors is not None and isinstance(exc, (pg_errors.SerializationFailure, pg_errors.DeadlockDetected))
 
 
-#: most chunk rows a process mirrors (a store with more chunks is cached row by row, up to this many)
-ROW_CACHE_MAX = 250_000
-#: most co-occurrence pairs a process mirrors (a larger table is read per query, as before)
-CO_CACHE_MAX = 250_000
-#: a write transaction that updated at most this many chunks (or co-occurrence keys) reads their new
-#: state back in its last round trip, so the row cache keeps them instead of re-reading them later
-REFRESH_MAX = 2_000
-
-
-class _RowCache:
-    """This process's copy of the chunk rows a query reads (texts, ids, metadata, the superseded
-    set), so a query answers from memory like the SQLite backend's page cache does.
-
-    Exact with respect to ``upto``: every change with a sequence value up to it has been applied
-    (own commits from their change-log keys, other hosts' from ``foreign_changes``). ``complete``:
-    ``rows`` holds every chunk of the store except the nids in ``missing`` (changed, to be re-read),
-    so an exact-text lookup that finds nothing in ``by_hash`` is a true miss. A row is kept as the
-    tuple the server returned (``CHUNK_COLS`` + ``text_hash``), or as this process inserted it
-    (``INSERT_COLS`` order: no copy per row on the write path); ``full`` makes either the former."""
-
-    def __init__(self) -> None:
-        self.clear(0)
-
-    def clear(self, upto: int) -> None:
-        self.rows: dict[int, tuple] = {}
-        self.by_hash: dict[int, list[int]] = {}
-        self.complete = False
-        self.missing: set[int] = set()
-        self.superseded: dict[int, str] | None = None
-        self.upto = upto
-        #: the co-occurrence table as a -> {b: weight} (None: not mirrored), except the pairs of
-        #: the ``a`` keys in ``co_missing`` (changed, to be re-read); ``co_too_big``: not tried again
-        self.co: dict[int, dict[int, float]] | None = None
-        self.co_missing: set[int] = set()
-        self.co_too_big = False
-
-    def co_replace(self, keys: Iterable[int], rows: Iterable[Sequence[Any]]) -> None:
-        """The pairs of every ``a`` in ``keys`` are exactly ``rows`` (a, b, weight) now."""
-        co = self.co
-        if co is None:
-            return
-        keys = {int(a) for a in keys}
-        for a in keys:
-            co.pop(a, None)
-        for a, b, w in rows:
-            co.setdefault(int(a), {})[int(b)] = float(w)
-        self.co_missing -= keys
-
-    def put(self, row: tuple) -> None:
-        nid, h = row[0], row[16] if len(row) == 17 else row[3]
-        if nid in self.rows:
-            self.drop(nid)
-        elif len(self.rows) >= ROW_CACHE_MAX:
-            self.clear(self.upto)
-        self.rows[nid] = row
-        self.missing.discard(nid)
-        bucket = self.by_hash.setdefault(h, [])
-        bucket.append(nid)
-        if len(bucket) > 1:
-            bucket.sort()
-
-    def put_all(self, rows: Sequence[tuple]) -> None:
-        """``put`` of each row (a write's inserted chunks), in one pass."""
-        if len(self.rows) + len(rows) >= ROW_CACHE_MAX:
-            for row in rows:
-                self.put(row)
-            return
-        cached, by_hash = self.rows, self.by_hash
-        for row in rows:
-            nid = row[0]
-            if nid in cached:
-                self.drop(nid)
-            cached[nid] = row
-            h = row[16] if len(row) == 17 else row[3]
-            bucket = by_hash.get(h)
-            if bucket is None:
-                by_hash[h] = [nid]
-            else:
-                bucket.append(nid)
-                bucket.sort()
-        if self.missing:
-            self.missing.difference_update(row[0] for row in rows)
-
-    def drop(self, nid: int) -> None:
-        row = self.rows.pop(nid, None)
-        if row is not None:
-            h = row[16] if len(row) == 17 else row[3]
-            bucket = self.by_hash.get(h)
-            if bucket is not None:
-                bucket.remove(nid)
-                if not bucket:
-                    del self.by_hash[h]
-
-    def invalidate(self, changes: Mapping[str, Sequence[int]]) -> None:
-        """Forget what the change-log keys say changed (kinds as ``foreign_changes`` returns them)."""
-        for kind in ("ci", "cu", "cd"):
-            for nid in changes.get(kind, ()):
-                self.drop(int(nid))
-                if self.complete:
-                    self.missing.add(int(nid))
-        if any(k[0] == "e" or k in ("cu", "cd") for k in changes):
-            self.superseded = None  # edges or a superseding chunk's liveness changed
-        if self.co is not None:
-            for kind in ("oi", "ou", "od"):
-                self.co_missing.update(int(a) for a in changes.get(kind, ()))
-
-
-def _touched(row: tuple, access_count: int, importance: float, last_accessed_at: float) -> tuple:
-    """A cached row (either order) in ``CHUNK_COLS`` + ``text_hash`` order, with the three columns a
-    reinforcement write sets as the update returned them."""
-    r = _full(row)
-    return (*r[:5], importance, *r[6:13], access_count, last_accessed_at, *r[15:])
-
-
-def _full(row: tuple) -> tuple:
-    """A cached row in ``CHUNK_COLS`` + ``text_hash`` order (from ``INSERT_COLS`` order if needed)."""
-    if len(row) == 17:
-        return row
-    nid, cid, text, h, kind, created_at, event_time, q, imp, user, agent, run, session, meta = row
-    return (nid, cid, text, kind, float(q), float(imp), float(created_at),
-            None if event_time is None else float(event_time), user, agent, run, session, meta, 0, None, None, h)
-
-
-class PostgresStore(SharedStore):
+class PostgresStore(ChangeFollowing, SharedStore):
     """One psycopg connection to one causalmem schema of a PostgreSQL database."""
 
     def __init__(self, dsn: str, *, busy_timeout_ms: int = 30000, read_only: bool = False,
@@ -679,7 +134,7 @@ class PostgresStore(SharedStore):
             raise ValueError(f"dsn must be a postgresql:// URL, got {dsn!r}")
         conninfo, dsn_schema = split_dsn(dsn)
         if schema is not None:
-            if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
+            if not isinstance(schema, str) or not SCHEMA_NAME.match(schema):
                 raise ValueError(f"schema must be a plain SQL identifier, got {schema!r}")
             dsn_schema = schema.lower()
         self.schema = dsn_schema
@@ -709,7 +164,7 @@ class PostgresStore(SharedStore):
         self.last_write: tuple[int, dict[int, tuple[int, float, float]], list[int] | None, list[tuple]] | None = None
         self._listener: Any = None
         self.channel = f"causalmem_{self.schema}"
-        self._cache = _RowCache()
+        self._cache = RowCache(ROW_CACHE_MAX)
         self._tls = threading.local()  # per thread: public-call depth, seq checked in this call
         self._tx_changes: dict[str, list[int]] | None = None  # the committing transaction's change-log keys
         self._prefetched: tuple[int, dict[int, tuple], int] | None = None  # see foreign_changes
@@ -870,7 +325,7 @@ class PostgresStore(SharedStore):
         finally:
             tls.calls = depth
 
-    def _cached(self) -> _RowCache | None:
+    def _cached(self) -> RowCache | None:
         """The row cache, when this read may answer from it: outside a write transaction (which sees
         its own uncommitted rows), in a public call that has checked the change sequence (so another
         host's commit before this call is known), with every change up to that check applied."""
@@ -975,7 +430,7 @@ class PostgresStore(SharedStore):
                               "THEN 'no' ELSE 'yes' END, true); ").format(key)
         cur = self.conn.execute(lock + pg_sql.SQL(
             "SELECT seq + 1, set_config('causalmem.seq', (seq + 1)::text, true), "
-            f"current_setting('causalmem.busy', true), {'NULL, NULL' if self._migrating else _NEXT_KEYS} "
+            f"current_setting('causalmem.busy', true), {'NULL, NULL' if self._migrating else NEXT_KEYS} "
             "FROM causalmem_state"))
         while cur.nextset():
             pass
@@ -1048,14 +503,14 @@ class PostgresStore(SharedStore):
             for n, v in self._tx_patch.items():
                 row = cached.get(n)
                 if row is not None:
-                    cached[n] = _touched(row, *v)
+                    cached[n] = touched_row(row, *v)
             changes = {k: v for k, v in changes.items() if k != "cu"}
         # the superseded set depends on edges and on chunks' liveness: a write that changed neither
         # (the access counts of a reinforcement write, read back here) leaves it as it is
         superseded = cache.superseded
         if superseded is not None and not any(k[0] == "e" or k == "cd" for k in changes):
             new = {r[0]: r[15] for r in rows}
-            if any(n not in new or n not in cache.rows or _full(cache.rows[n])[15] != new[n]
+            if any(n not in new or n not in cache.rows or full_row(cache.rows[n])[15] != new[n]
                    for n in changes.get("cu", ())):
                 superseded = None
         else:
@@ -1255,7 +710,7 @@ class PostgresStore(SharedStore):
                 raise self._store_error(exc) from exc
 
     # the dialect of the statements ``SharedStore`` writes once
-    _SCOPE_EQ = _SCOPE.replace("%s", "?")
+    _SCOPE_EQ = SCOPE.replace("%s", "?")
     _TRUE = "TRUE"
     _NO_LIMIT = None
     _ARRAYS = True
@@ -1303,34 +758,7 @@ class PostgresStore(SharedStore):
         rows = self.query(sql, params)
         return rows[0][0] if rows else None
 
-    # ------------------------------------------------------------------ versions, change sequence
-    def change_seq(self) -> int:
-        """The memory's change sequence: advanced by every committed write transaction that changed
-        a row, on any host; a random start per memory."""
-        return int(self._one("SELECT seq FROM causalmem_state"))
-
-    def data_version(self) -> int:
-        """Changes when another connection (this host or another) committed a write."""
-        with self._lock:
-            self._ensure_open()
-            if self._depth > 0:
-                return self._foreign
-            tls = self._tls
-            if getattr(tls, "ahead", None) is not None:  # in read_once: the check goes out, read later
-                if tls.ahead is False and not self._pending:
-                    self._send_check()
-                    tls.ahead = True
-                tls.fresh = True
-                return self._foreign
-            seq = self.change_seq()
-            if seq != self._seen_seq:
-                if not self._ours(self._seen_seq + 1, seq):
-                    self._foreign += 1
-                self._seen_seq = seq
-            self._tls.fresh = getattr(self._tls, "calls", 0) > 0  # only inside a public call (see errors)
-            return self._foreign
-
-    # ------------------------------------------------------------------ a twin connection's writes
+    # ------------------------------------------------------------------ a twin connection
     def writer_twin(self) -> "PostgresStore":
         """A second connection to the same memory, for writes made off the caller's thread (the
         search reinforcement, ``reinforce_flush.py``): its commits are this store's own once
@@ -1338,150 +766,6 @@ class PostgresStore(SharedStore):
         twin = type(self)(self._given_dsn, busy_timeout_ms=self.busy_timeout_ms, schema=self.schema)
         twin.on_begin = self.expect_own
         return twin
-
-    def stored_nids(self, nids: Sequence[int]) -> set[int]:
-        """Which of ``nids`` have a chunk row (live or deleted, not purged), read from the server."""
-        return {n for (n,) in self.query("SELECT nid FROM chunks WHERE nid = ANY(%s)", ([int(n) for n in nids],))}
-
-    def expect_own(self, seq: int) -> None:
-        """A twin's transaction will commit ``seq`` (it holds the writer lock): a change check that
-        sees it before the twin's write is adopted does not take it for another host's. Called by the twin
-        while it holds the writer lock: it must not wait for ``_lock``, which this store holds through a
-        whole ``transaction()`` — also while that waits for the writer lock (a deadlock until the busy
-        timeout). A set's ``add`` is atomic; the twin commits ``seq`` only after this returns."""
-        self._expected.add(int(seq))
-
-    def forget_expected(self, seq: int) -> None:
-        """The twin's transaction that named ``seq`` committed nothing (rolled back, or changed no
-        row): another connection may commit ``seq`` now. If the views were brought in step past it
-        meanwhile, the change log is read again from before it."""
-        with self._lock:
-            self._expected.discard(int(seq))
-            if self._hashes_upto >= seq:
-                self._hashes = None
-            if self._synced_seq >= seq:
-                self._synced_seq = seq - 1
-                self._cache.clear(seq - 1)
-                self._foreign += 1
-            elif self._seen_seq >= seq:  # seen and taken for ours: the views read the log from before it
-                self._foreign += 1
-
-    def adopt_write(self, seq: int, touched: Mapping[int, tuple[int, float, float]], co_keys: list[int] | None,
-                    co_rows: Sequence[tuple]) -> bool:
-        """A twin committed ``seq`` for this process: the access counts it set (``touched``) and the
-        co-occurrence pairs it read back go into the row cache as an own commit's would. True when
-        nothing newer than ``seq`` is known here, so ``touched`` is the rows' current state; False:
-        a later commit was applied first, the rows are dropped (read again on use)."""
-        with self._lock:
-            self._expected.discard(seq)
-            cache = self._cache
-            current = self._seen_seq <= seq
-            if current:
-                for n, v in touched.items():
-                    row = cache.rows.get(n)
-                    if row is not None:
-                        cache.rows[n] = _touched(row, *v)
-                if co_keys is None:
-                    cache.co, cache.co_missing = None, set()
-                else:
-                    cache.co_replace(co_keys, co_rows)
-            else:
-                cache.invalidate({"cu": list(touched)})
-                if co_keys is None:
-                    cache.co, cache.co_missing = None, set()
-                elif cache.co is not None:
-                    cache.co_missing.update(co_keys)
-            if seq > self._seen_seq:
-                if not self._ours(self._seen_seq + 1, seq - 1):
-                    self._foreign += 1
-                self._seen_seq = seq
-            if seq > self._synced_seq:
-                self._own.add(seq)
-            if self._hashes is not None and self._hashes_upto == seq - 1:
-                self._hashes_upto = seq  # access counts only: no text changed
-            if cache.upto == seq - 1:
-                cache.upto = seq
-                while cache.upto + 1 in self._own:  # own commits after it, their rows applied already
-                    cache.upto += 1
-            return current
-
-    def foreign_changes(self) -> dict[str, list[int]] | None:
-        """What other connections changed since this process's views were last in step: kind ->
-        sorted keys (kinds ``ci cu cd ei eu ed oi ou od vi vu vd``: chunks, edges, co-occurrence,
-        embeddings x insert, update, delete). ``None`` when the log no longer reaches back that far
-        (the views then re-read everything). Marks the views as in step up to ``data_version``'s read."""
-        with self._lock:
-            self._ensure_open()
-            upto = self._seen_seq
-            after = self._synced_seq
-            own = sorted(s for s in self._own | self._expected if after < s <= upto)
-            # One round trip (several statements in one simple query; the values are integers): the
-            # log's floor and the keys, and what the views will ask next: the changed chunks' rows,
-            # the changed edges' states, the newest text-update event, the superseded set.
-            where = (f"seq > {int(after)} AND seq <= {int(upto)} "
-                     f"AND NOT (seq = ANY('{_int_array(own)}'::bigint[]))")
-            keys = f"SELECT unnest(keys) FROM changes WHERE {where} AND kind IN "
-            try:
-                cur = self.conn.execute(
-                    "SELECT 'floor', log_floor FROM causalmem_state UNION ALL "
-                    f"SELECT kind, unnest(keys) FROM changes WHERE {where}; "
-                    f"SELECT {CHUNK_COLS}, text_hash FROM chunks WHERE nid IN ({keys}('ci', 'cu')); "
-                    "SELECT eid, src, dst, rel_code, confidence, valid_to IS NULL FROM edges "
-                    f"WHERE eid IN ({keys}('ei', 'eu')) ORDER BY eid; "
-                    "SELECT COALESCE(MAX(hid), 0) FROM chunk_history WHERE event = 'update'; "
-                    + _SUPERSEDED_SQL.format(where="") + "; "
-                    f"SELECT a, b, weight FROM cooccurrence WHERE a IN ({keys}('oi', 'ou', 'od'))")
-                results = [cur.fetchall()]
-                while cur.nextset():
-                    results.append(cur.fetchall())
-            except psycopg.Error as exc:
-                raise self._store_error(exc, "reading the change log") from exc
-            log_rows, chunk_rows, edge_rows, (last_update,), superseded, co_rows = results
-            self._synced_seq = upto  # read: the views are in step up to here once they apply it
-            self._own = {s for s in self._own if s > upto}
-            out: dict[str, set[int]] = {}
-            floor = None
-            for kind, key in log_rows:
-                if kind == "floor":
-                    floor = int(key)
-                else:
-                    out.setdefault(kind, set()).add(int(key))
-            cache = self._cache
-            if floor is None or after < floor:
-                cache.clear(upto)
-                self._hashes = None
-                return None
-            delta = {k: sorted(v) for k, v in out.items()}
-            if cache.upto < after:
-                cache.clear(upto)
-            else:
-                cache.invalidate(delta)
-                cache.upto = max(cache.upto, upto)
-            for r in chunk_rows:  # read after the changes: at least as new as upto
-                cache.put(r)
-            if self._hashes is not None:
-                self._hashes.update(r[16] for r in chunk_rows)
-                if self._hashes_upto >= after:
-                    self._hashes_upto = max(self._hashes_upto, upto)
-            cache.superseded = _superseded_of(superseded)
-            cache.co_replace([a for k in ("oi", "ou", "od") for a in delta.get(k, ())], co_rows)
-            self._prefetched = (upto, {r[0]: tuple(r) for r in edge_rows}, int(last_update[0]))
-            return delta
-
-    def wait_for_change(self, timeout: float) -> bool:
-        """Block until another connection commits a write (LISTEN/NOTIFY) or ``timeout`` seconds
-        pass; True if a change arrived. A dedicated connection listens, so queries go on meanwhile."""
-        if self._listener is None:
-            self._listener = psycopg.connect(self.dsn, autocommit=True)
-            self._listener.execute(pg_sql.SQL("LISTEN {}").format(pg_sql.Identifier(self.channel)))
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            for note in self._listener.notifies(timeout=left, stop_after=1):
-                if note.pid != self.conn.info.backend_pid:
-                    return True
 
     def user_version(self) -> int:
         return int(self._one("SELECT schema_version FROM causalmem_state"))
@@ -1503,7 +787,7 @@ class PostgresStore(SharedStore):
         return "ok" if not problems else "; ".join(problems)
 
     def set_meta(self, key: str, value: str) -> None:
-        self._x(_META_UPSERT, (key, value))
+        self._x(META_UPSERT, (key, value))
 
     # ------------------------------------------------------------------ chunks: reads
     def chunk_rows_by_nid(self, nids: Sequence[int]) -> dict[int, ChunkRow]:
@@ -1517,9 +801,9 @@ class PostgresStore(SharedStore):
                         self._cache.put(r)
                 return {r[0]: ChunkRow._make(r) for r in rows}
             got = self._rows_from(cache, sorted({int(n) for n in nids}))
-            return {n: ChunkRow._make(_full(r)) for n, r in got.items()}
+            return {n: ChunkRow._make(full_row(r)) for n, r in got.items()}
 
-    def _rows_from(self, cache: _RowCache, nids: list[int]) -> dict[int, tuple]:
+    def _rows_from(self, cache: RowCache, nids: list[int]) -> dict[int, tuple]:
         """Cached rows of ascending ``nids``, reading the ones the cache lacks in one round trip."""
         rows = cache.rows
         want = [n for n in nids if n not in rows and (not cache.complete or n in cache.missing)]
@@ -1537,13 +821,13 @@ class PostgresStore(SharedStore):
                 if cache.missing:
                     self._rows_from(cache, sorted(cache.missing))
                 for nid in cache.by_hash.get(text_hash(text), ()):
-                    r = _full(cache.rows[nid])  # CHUNK_COLS order: text 2, kind 3, scope 8-10, valid_to 15
+                    r = full_row(cache.rows[nid])  # CHUNK_COLS order: text 2, kind 3, scope 8-10, valid_to 15
                     if (r[2] == text and r[3] != "turn" and r[15] is None and r[8] == user_id
                             and r[9] == agent_id and r[10] == run_id):
                         return ChunkKey(nid, r[1])
                 return None
         rows = self.query(
-            f"SELECT nid, id, text FROM chunks WHERE text_hash = %s AND {_SCOPE} AND kind <> 'turn' "
+            f"SELECT nid, id, text FROM chunks WHERE text_hash = %s AND {SCOPE} AND kind <> 'turn' "
             "AND valid_to IS NULL ORDER BY nid LIMIT 4", (text_hash(text), user_id, agent_id, run_id))
         return same_text(rows, text)
 
@@ -1554,8 +838,8 @@ class PostgresStore(SharedStore):
             if not hashes:
                 return []
         kinds = "" if turns else "AND kind <> 'turn' "
-        return self.query(f"SELECT nid, id, text FROM chunks WHERE text_hash = ANY(%s::bigint[]) AND {_SCOPE} "
-                          f"{kinds}AND valid_to IS NULL ORDER BY nid", (_int_array(hashes), *scope))
+        return self.query(f"SELECT nid, id, text FROM chunks WHERE text_hash = ANY(%s::bigint[]) AND {SCOPE} "
+                          f"{kinds}AND valid_to IS NULL ORDER BY nid", (int_array(hashes), *scope))
 
     def _known_hashes(self) -> set[int] | None:
         """The set of stored text hashes when it is exact at this write transaction's writer lock
@@ -1647,7 +931,7 @@ class PostgresStore(SharedStore):
         counted here: every insert of chunks or edges goes through this method."""
         keys = self._tx_keys
         if not keys:  # pragma: no cover - _begin_write reads them
-            row = self.conn.execute(f"SELECT {_NEXT_KEYS}").fetchone()
+            row = self.conn.execute(f"SELECT {NEXT_KEYS}").fetchone()
             keys["nid"], keys["eid"] = int(row[0]), int(row[1])
         first = keys[column]
         keys[column] = first + n
@@ -1694,12 +978,17 @@ class PostgresStore(SharedStore):
                 for r in rows:
                     cp.write_row(r)
 
+    def _copy_sent(self) -> None:
+        """A ``COPY FROM``'s end is with libpq: its reply is read before the connection's next statement."""
+        self._pending = "copy"
+
     def _copy_ahead(self, table: str, columns: str, rows: Iterable[Sequence[Any]], types: Sequence[str]) -> None:
         """A binary ``COPY`` whose end is sent without waiting for the server to insert the rows: the
         caller goes on with its own work while the server inserts, and the reply is read before
         the connection's next statement (``conn``, ``_settle``). Inside a write transaction only."""
         with self.conn.cursor() as cur:
-            with cur.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)", writer=_CopyAhead(self, cur)) as cp:
+            writer = CopyAhead(cur, self._copy_sent)
+            with cur.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)", writer=writer) as cp:
                 cp.set_types(types)
                 for r in rows:
                     cp.write_row(r)
@@ -1717,7 +1006,7 @@ class PostgresStore(SharedStore):
                   for i, r in enumerate(rows)]
         # the edge-end check may skip these keys (schema 6): named in this (sub)transaction, so an
         # error of the COPY rolls the setting back with it
-        self._x(f"SELECT set_config('{_OWN_NIDS}', %s, true)", (f"{base + 1}:{base + len(rows)}",))
+        self._x(f"SELECT set_config('{OWN_NIDS}', %s, true)", (f"{base + 1}:{base + len(rows)}",))
         self._copy_ahead("chunks", INSERT_COLS, values, INSERT_TYPES)
         self._staged.extend(values)  # the row cache takes them at commit
         return [ChunkKey(base + 1 + i, ids[i]) for i in range(len(rows))]
@@ -1728,7 +1017,7 @@ class PostgresStore(SharedStore):
                 cache = self._cached()
                 if cache is not None:
                     got = self._rows_from(cache, sorted({int(x) for x in nids}))
-                    return [(n, _full(r)[12]) for n, r in got.items()]
+                    return [(n, full_row(r)[12]) for n, r in got.items()]
             return self.query("SELECT nid, metadata FROM chunks WHERE nid = ANY(%s)", ([int(n) for n in nids],))
         return self.query("SELECT nid, metadata FROM chunks")
 
@@ -1769,7 +1058,7 @@ class PostgresStore(SharedStore):
         # ``causalmem.touched`` says it changed rows
         deferred = pg_sql.SQL(
             "WITH u AS (" + update + " RETURNING c.nid, c.access_count, c.importance, c.last_accessed_at) "
-            "SELECT u.*, set_config('causalmem.touched', 'yes', true) FROM u").format(*map(_array_literal, values))
+            "SELECT u.*, set_config('causalmem.touched', 'yes', true) FROM u").format(*map(array_literal, values))
         if not self._defer("touch", deferred):
             self._x(update.replace("{}", "%s"), values)
 
@@ -1822,8 +1111,8 @@ class PostgresStore(SharedStore):
 
     def _superseded(self, ids: list[int] | None) -> dict[int, str]:
         if ids is None:
-            return _superseded_of(self.query(_SUPERSEDED_SQL.format(where="")))
-        return _superseded_of(self.query(_SUPERSEDED_SQL.format(where="e.dst = ANY(%s) AND "), (ids, ids)))
+            return superseded_of(self.query(SUPERSEDED_SQL.format(where="")))
+        return superseded_of(self.query(SUPERSEDED_SQL.format(where="e.dst = ANY(%s) AND "), (ids, ids)))
 
     def _columns(self, table: str, columns: Sequence[tuple[str, str]], where: str = "TRUE") -> list[np.ndarray]:
         """Columns of ``table`` as numpy arrays in one round trip: the server aggregates each column
@@ -1832,8 +1121,8 @@ class PostgresStore(SharedStore):
         ``columns``: (SQL column, big-endian numpy type code) pairs."""
         key = columns[0][0]
         with self.conn.cursor(binary=True) as cur:
-            for oid in _RAW_ARRAY_OIDS:
-                cur.adapters.register_loader(oid, _RawArrayLoader)
+            for oid in RAW_ARRAY_OIDS:
+                cur.adapters.register_loader(oid, RawArrayLoader)
             groups = cur.execute(
                 "SELECT " + ", ".join(f"array_agg({c})" for c, _ in columns) + f" FROM {table} WHERE {where} "
                 f"GROUP BY {key} >> 26 ORDER BY {key} >> 26").fetchall()
@@ -1841,7 +1130,7 @@ class PostgresStore(SharedStore):
             return [np.empty(0, dtype=code) for _, code in columns]
         out = []
         for i, (_, code) in enumerate(columns):
-            parts = [_array_values(g[i], code) for g in groups]
+            parts = [array_values(g[i], code) for g in groups]
             out.append(np.concatenate(parts) if len(parts) != 1 else parts[0])
         return out
 
@@ -1862,7 +1151,7 @@ class PostgresStore(SharedStore):
         return {"n_nodes": int(max_nid) + 1, "edges": arr, "co": co}
 
     def sleep_edge_arrays(self, *, relations: Sequence[str] | None = None) -> np.ndarray:
-        sql, params = _SLEEP_EDGE_SELECT, []
+        sql, params = SLEEP_EDGE_SELECT, []
         if relations:
             sql += " AND relation = ANY(%s)"
             params = [list(relations)]
@@ -1977,10 +1266,6 @@ class PostgresStore(SharedStore):
                 for row in self.conn.execute(sql).fetchall():
                     yield kind, export_record(kind, keys, row)
 
-    def existing_ids(self, ids: Sequence[str], kind: str) -> set[str]:
-        table = {"chunk": "chunks", "edge": "edges"}[kind]
-        return {r[0] for r in self.query(f"SELECT id FROM {table} WHERE id = ANY(%s)", (list(ids),))}
-
     def import_records(self, records: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, int]:
         rows = import_rows(records, self._next_key("chunks", "nid", 0) - 1, self._next_key("edges", "eid", 0) - 1)
         self._next_key("chunks", "nid", len(rows.chunks))
@@ -1992,12 +1277,8 @@ class PostgresStore(SharedStore):
         self._copy_in("cooccurrence", IMPORT_COLS["cooccurrence"], rows.cooccurrence)
         self._copy_in("facts", IMPORT_COLS["facts"], rows.facts)
         self.put_embeddings(rows.embeddings)  # an upsert, as the SQLite backend's INSERT OR REPLACE
-        self._many(_META_UPSERT, rows.meta)
+        self._many(META_UPSERT, rows.meta)
         return {k: len(v) for k, v in records.items()}
-
-    def scoped_counts(self, filters: Mapping[str, str | None]) -> dict[str, int]:
-        conds, params = filter_conditions(filters, "%s", prefix="c.")
-        return count_dict(self.query(scoped_counts_sql(" AND ".join(conds) or "TRUE"), params * 7)[0])
 
     # ------------------------------------------------------------------ co-occurrence (Hebbian)
     def _co_mirror(self) -> dict[int, dict[int, float]] | None:
@@ -2052,7 +1333,7 @@ class PostgresStore(SharedStore):
                       "EXCLUDED.hits, updated_at = EXCLUDED.updated_at")
             values = ([int(r[0]) for r in rows], [int(r[1]) for r in rows], [float(r[2]) for r in rows],
                       [int(r[3]) for r in rows], [float(r[4]) for r in rows])
-            if not self._defer("credit", pg_sql.SQL(upsert).format(*map(_array_literal, values))):
+            if not self._defer("credit", pg_sql.SQL(upsert).format(*map(array_literal, values))):
                 self._x(upsert.replace("{}", "%s"), values)
 
     def upsert_cooccurrence(self, rows: Sequence[tuple[int, int, float, float]]) -> None:
@@ -2120,4 +1401,4 @@ class PostgresStore(SharedStore):
 
     # ------------------------------------------------------------------ sleep bookkeeping
     def remember_judged(self, keys: Iterable[str], verdict: str = "decided") -> None:
-        self._many(_META_UPSERT, [(k, verdict) for k in dict.fromkeys(keys)])
+        self._many(META_UPSERT, [(k, verdict) for k in dict.fromkeys(keys)])

@@ -30,9 +30,8 @@ from ..background import start_thread
 from ..errors import SchemaVersionError, StoreError
 from ..types import Relation
 from ._common import (
-    CHUNK_COLS, EXPORTS, IMPORT_COLS, chunk_columns_of, count_dict,
-    evidence_edges, export_record, filter_conditions, import_rows, scoped_counts_sql,
-    SharedStore, same_text, sleep_edge_select,
+    CHUNK_COLS, EXPORTS, IMPORT_COLS, SharedStore, chunk_columns_of, evidence_edges, export_record, import_rows,
+    same_text, sleep_edge_select,
 )
 from .base import (
     CHUNK_DTYPE, COOC_DTYPE, EDGE_DTYPE, PROJECTION_CO_DTYPE, PROJECTION_EDGE_DTYPE, ChunkColumns, ChunkKey,
@@ -987,11 +986,6 @@ class SQLiteStore(SharedStore):
                     for row in rows:
                         yield kind, export_record(kind, keys, row)
 
-    def existing_ids(self, ids: Sequence[str], kind: str) -> set[str]:
-        """Which of ``ids`` (chunk or edge ids, ``kind`` says which) exist already."""
-        table = {"chunk": "chunks", "edge": "edges"}[kind]
-        return {r[0] for r in self._select_in(f"SELECT id FROM {table} WHERE id IN ({{ids}})", list(ids))}
-
     def import_records(self, records: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, int]:
         """Insert checked dump records (``portable.read_dump``) in the caller's transaction; chunk and
         edge keys are assigned in dump order after the current ones. Returns counts by type."""
@@ -1003,12 +997,6 @@ class SQLiteStore(SharedStore):
             self.conn.executemany(f"{verb} INTO {table} ({cols}) VALUES ({','.join('?' * (cols.count(',') + 1))})",
                                   values)
         return {k: len(v) for k, v in records.items()}
-
-    def scoped_counts(self, filters: Mapping[str, str | None]) -> dict[str, int]:
-        """``counts()`` restricted to the chunks whose scope columns equal ``filters`` (edges and
-        pairs counted by their source chunk, which shares its scope with the other end)."""
-        conds, params = filter_conditions(filters, "?", prefix="c.")
-        return count_dict(self.query(scoped_counts_sql(" AND ".join(conds) or "1"), params * 7)[0])
 
     def update_edge_confidences(self, rows: Iterable[tuple[float, int]]) -> None:
         self.conn.executemany("UPDATE edges SET confidence = ? WHERE eid = ?", rows)
