@@ -293,7 +293,7 @@ def test_the_batched_queue_write_leaves_what_search_by_search_writes_left(pg_dsn
     conninfo, schema = pg_dsn.split("schema=")
     cfg = Config(reinforce_seconds=3600, reinforce_batch=50, hebbian_top=3, hebbian_search=True)
     mems = [Memory(f"{conninfo}schema={schema}_{k}", embedder=None, config=cfg) for k in ("batched", "single")]
-    mems[1]._views._write_reinforcement = lambda fx, q, v=mems[1]._views: _one_by_one(v, fx, q)
+    mems[1]._views.reinforcement.write_rows = lambda fx, q, v=mems[1]._views: _one_by_one(v, fx, q)
     mems[1]._views.reinforcement.flusher = None  # written inline, search by search; mems[0] by its flusher thread
     rnd = random.Random(3)
     try:

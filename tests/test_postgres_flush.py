@@ -311,13 +311,13 @@ def test_a_write_waiting_for_the_batch_in_flight_goes_before_the_next_batch(pg_d
                 return inner(batch)
 
             flusher._write = noted
-            track = m._views._track_commit  # the write's commit, noted under the views lock
+            track = m._views.files.track_commit  # the write's commit, noted under the views lock
 
-            def committed():
+            def committed(vectors):
                 order.append("write")
-                return track()
+                return track(vectors)
 
-            m._views._track_commit = committed  # type: ignore[method-assign]
+            m._views.files.track_commit = committed  # type: ignore[method-assign]
             writer = threading.Thread(target=m.add, args=("beta rollout",), kwargs={"user_id": "u"})
             writer.start()
             with m._views.lock:  # the write waits in settle (its wait releases the lock)
