@@ -94,12 +94,18 @@ def cmd_search(args, out) -> int:
     # semantic on by default, as in Python and over MCP (--no-semantic turns it off)
     args.semantic = not getattr(args, "no_semantic", False)
     with _open(args, must_exist=True) as mem:
-        hits = mem.search(args.query, top_k=args.limit, user_id=args.user_id)
+        from .retrieval import is_prevented
+
+        if args.semantic:  # as the MCP server: the vectors of what was written before (bounded wait)
+            mem.wait_embedded(timeout=60.0)
+        # explain: the graph activation's sign marks a hit reached over a prevented edge
+        hits = mem.search(args.query, top_k=args.limit, user_id=args.user_id, explain=True)
         if not hits:
             print("(no match)", file=out)
         for h in hits:
             sup = f"  [superseded by {h.superseded_by}]" if h.superseded_by else ""
-            print(f"  {h.score:.4f}  [{h.kind}] {h.text}{sup}", file=out)
+            warn = "  WARNING (prevented)" if is_prevented(h) else ""
+            print(f"  {h.score:.4f}  [{h.kind}] {h.text}{warn}{sup}", file=out)
     return 0
 
 

@@ -501,7 +501,45 @@ def _graph_bonus(views: Views, table, seed_ids: np.ndarray, seed_energy: np.ndar
     if not len(keys):
         return keys, np.empty(0)
     val = val * np.maximum(1.0, views.projection.degrees(keys) / p.unit_degree) ** -p.degree_power
-    return keys, np.clip(val, -p.graph_cap * e_max, p.graph_cap * e_max)
+    return keys, soft_cap(val, p.graph_cap * e_max)
+
+
+#: share of the graph cap below which a bonus is taken as is (see ``soft_cap``)
+SOFT_CAP_KNEE = 0.5
+
+
+def soft_cap(val: np.ndarray, cap: float) -> np.ndarray:
+    """The graph bonus bounded by ``cap`` in magnitude without a tie at the bound: as is up to
+    ``SOFT_CAP_KNEE`` x cap, above it tanh-saturating towards cap (continuous, slope 1 at the knee,
+    strictly increasing), so two neighbours that both receive more than the cap keep their order
+    (a hard clip tied a decision's caused and prevented outcomes with the decision itself). Signs
+    are kept: a node reached over a ``prevented`` edge stays negative."""
+    val = np.asarray(val, dtype=np.float64)
+    if cap <= 0:
+        return np.zeros_like(val)
+    knee = SOFT_CAP_KNEE * cap
+    mag = np.abs(val)
+    over = mag > knee
+    if over.any():
+        mag = mag.copy()
+        mag[over] = knee + (cap - knee) * np.tanh((mag[over] - knee) / (cap - knee))
+    return np.copysign(mag, val)
+
+
+def unit_scores(scores: Sequence[float]) -> list[float]:
+    """The scores of one search on [0, 1], for frameworks that promise that range (mem0, CrewAI): as
+    they are when the best is <= 1, else divided by the best (order and distinct values kept; a clip
+    to 1 tied every hit above it). Negative scores (none from the default fusion) become 0."""
+    vals = [max(0.0, float(s)) for s in scores]
+    scale = max([1.0, *vals])
+    return [v / scale for v in vals]
+
+
+def is_prevented(hit: Hit) -> bool:
+    """Whether a hit of ``search(explain=True)`` came in as an outcome that what matched prevented
+    (its graph activation is negative): a warning, to be shown as one."""
+    act = (hit.signals or {}).get("activation")
+    return act is not None and act < 0
 
 
 def _member(sorted_keys: np.ndarray, ids: np.ndarray) -> np.ndarray:

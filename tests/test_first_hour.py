@@ -299,3 +299,57 @@ def test_polarity_covers_operational_phrasing_and_negation():
     for text in ("errors dropped to zero", "build went green", "queue drained", "no more timeouts"):
         assert guess_polarity(text) == "positive", text
     assert guess_polarity("the team met at noon") is None
+
+
+def _readme_caching_store(db):
+    """The README's command-line example: one decision, a caused and a prevented outcome."""
+    import subprocess
+    import sys
+
+    env = _subprocess_env()
+
+    def cli(*args):
+        out = subprocess.run([sys.executable, "-m", "causalmem", "--db", str(db), *args], capture_output=True,
+                             text=True, env=env, timeout=180)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    cli("record", "enable caching", "faster response", "--confidence", "0.8")
+    cli("record", "enable caching", "timeout errors", "--relation", "prevented", "--confidence", "0.85")
+    return cli
+
+
+@pytest.mark.parametrize("channels", [(), ("--no-semantic",)], ids=["default", "no-semantic"])
+def test_cli_search_scores_rank_and_mark_the_prevented_outcome(tmp_path, channels):
+    cli = _readme_caching_store(tmp_path / "ops.db")
+    lines = [ln for ln in cli("search", "caching", *channels).splitlines() if ln.strip()]
+    by_text = {}
+    for ln in lines:
+        score, rest = ln.split(None, 1)
+        text = rest.split("] ", 1)[1].split("  ")[0]
+        by_text[text] = (float(score), ln)
+    assert set(by_text) == {"enable caching", "faster response", "timeout errors"}, lines
+    scores = [s for s, _ in by_text.values()]
+    assert len(set(scores)) == 3, lines  # distinct evidence, distinct scores (was 1.0000 three times)
+    assert scores == sorted(scores, reverse=True), lines  # printed best first
+    # the caused outcome is not outranked by the outcome the decision prevented, and they do not tie
+    assert by_text["faster response"][0] > by_text["timeout errors"][0], lines
+    assert "WARNING (prevented)" in by_text["timeout errors"][1], lines
+    assert "WARNING" not in by_text["faster response"][1] and "WARNING" not in by_text["enable caching"][1]
+
+
+def test_search_scores_follow_the_documented_scale(tmp_path):
+    """docs/python.md, "Scores": a direct match scores its own relevance, a graph neighbour gains a
+    bonus below the best seed's energy that still grows with what arrives (no tie at the cap), a
+    prevented outcome counts by its own (smaller) activation and carries a negative activation."""
+    with Memory(str(tmp_path / "s.db"), embedder=None) as m:
+        m.record_decision("enable caching", "faster response", confidence=0.8)
+        m.record_decision("enable caching", "timeout errors", relation="prevented", confidence=0.85)
+        hits = {h.text: h for h in m.search("caching", explain=True)}
+    best = hits["enable caching"]
+    assert best.score == pytest.approx(1.0)  # the only lexical match: BM25 / best BM25 = 1, nothing above
+    caused, prevented = hits["faster response"], hits["timeout errors"]
+    assert best.score > caused.score > prevented.score > 0
+    assert caused.signals["activation"] > 0 > prevented.signals["activation"]
+    assert caused.score == pytest.approx(caused.signals["activation"])
+    assert prevented.score == pytest.approx(-prevented.signals["activation"])
