@@ -422,3 +422,20 @@ def test_get_keys_top_k_zero_and_rerank_without_a_reranker(m):
         m.search("postgres", filters={"user_id": "u"}, top_k=-1)
     plain = m.search("postgres", filters={"user_id": "u"})["results"]
     assert m.search("postgres", filters={"user_id": "u"}, rerank=True)["results"] == plain
+
+
+def test_scores_above_one_are_scaled_not_clipped_to_a_tie(m):
+    """Graph support takes causalmem's fused score past 1 (docs/python.md, "Scores"); mem0 promises
+    scores in [0, 1]. The adapter divides by the search's best when it passes 1, so two memories
+    that support each other keep distinct scores and causalmem's order (a clip tied them at 1)."""
+    m.add("enable caching for the api", user_id="u")
+    m.add("caching made the api responses faster", user_id="u")
+    m.add("lunch is at noon", user_id="u")
+    a, b = (c for c in m.memory.get_all(user_id="u") if "caching" in c.text)
+    m.memory.link(a.id, b.id, relation="caused", confidence=0.9)
+    raw = m.memory.search("caching api", user_id="u")
+    assert raw[0].score > raw[1].score > 1.0  # the case a clip ties
+    res = m.search("caching api", user_id="u")["results"]
+    assert [r["memory"] for r in res] == [h.text for h in raw]
+    assert res[0]["score"] == 1.0
+    assert res[1]["score"] == pytest.approx(raw[1].score / raw[0].score) and res[1]["score"] < 1.0

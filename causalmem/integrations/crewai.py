@@ -14,8 +14,9 @@ A vector this embedder did not produce cannot be searched (a ``ValueError`` says
 Each record is one causalmem chunk in the scope ``agent_id="crewai"``; the record (scope path,
 categories, metadata, importance, times, source, privacy) is kept in the chunk's metadata. Needs
 ``crewai`` (which requires ``mcp<2``, so it cannot share an environment with causalmem's MCP server).
-Scores are causalmem's fused search score, in [0, 1]: as they are when the search's best is <= 1, else
-divided by the best (CrewAI re-sorts by score: a clip to 1 would tie every hit above 1).
+Scores are causalmem's fused search score (docs/python.md, "Scores") on [0, 1]: as they are when the
+search's best is <= 1, else divided by the best (CrewAI re-sorts by score: a clip to 1 would tie every
+hit above 1).
 
 Learning from the caller: ``storage.feedback(match, reward)`` says a recalled memory (a ``MemoryMatch``
 of ``Memory.recall``, a ``MemoryRecord`` of ``search``, or its record id) helped (reward > 0) or hurt
@@ -35,6 +36,7 @@ from crewai.memory.types import MemoryRecord, ScopeInfo
 
 from ..async_memory import AsyncMemory
 from ..memory import Memory
+from ..retrieval import unit_scores
 from ..types import Chunk
 from ._learning import check_many, check_reward
 
@@ -155,10 +157,8 @@ class CausalMemStorage:
         # CrewAI re-sorts by score (its composite of score, recency and importance): a clip to 1 would tie
         # every hit above 1 (graph bonuses pass it) and lose causalmem's order, and with it what feedback
         # taught. Scores stay as they are when the best is <= 1, else are divided by the best.
-        scale = max([1.0, *(float(h.score) for h in hits)])
         out = []
-        for h in hits:
-            score = max(0.0, float(h.score)) / scale
+        for h, score in zip(hits, unit_scores([h.score for h in hits])):
             if score >= min_score:
                 rec = dict(h.metadata[_KEY])
                 rec["content"] = h.text

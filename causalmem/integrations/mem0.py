@@ -15,11 +15,10 @@ Filters other than ``user_id``/``agent_id``/``run_id`` are metadata filters with
 (``eq``, ``ne``, ``gt``, ``gte``, ``lt``, ``lte``, ``in``, ``nin``, ``contains``, ``icontains``, ``"*"``,
 and ``AND``/``OR``/``NOT`` lists).
 
-``score`` is causalmem's fused search score clipped to [0, 1]: the blend of max-normalised BM25 and
-cosine similarity (each in [0, 1]) above the score of a typical non-match, plus what the causal and
-conversation graph adds, times the memory's usefulness factor (``Config.q_rank``: 1 until feedback or
-sleep moves its Q; graph-only bonuses and rewarded memories can pass 1 and are clipped). Higher is more relevant;
-0 means "in scope but matched nothing better than a typical non-match".
+``score`` is causalmem's fused search score (docs/python.md, "Scores") brought to mem0's [0, 1]: as it
+is when the search's best is <= 1, else divided by the best (graph support and rewarded memories pass 1;
+a clip would tie them), so order and distinct values are kept; ``threshold`` applies to this value.
+Higher is more relevant; 0 means "in scope but matched nothing better than a typical non-match".
 
 Where mem0 2.x and causalmem's core differ, this adapter follows mem0: ``search`` drops hits scoring
 under ``threshold`` (default 0.1, mem0's); ``search`` and ``get_all`` without any user_id, agent_id or
@@ -46,6 +45,7 @@ from typing import Any, Mapping, Sequence
 
 from .. import memory as _memory
 from ..async_memory import AsyncMemory as _AsyncCore
+from ..retrieval import unit_scores
 from ._learning import check_many, check_reward, live_chunk, one_scope
 
 __all__ = ["Memory", "AsyncMemory"]
@@ -67,10 +67,6 @@ def _iso(ts: float | None) -> str | None:
     if ts is None:
         return None
     return _dt.datetime.fromtimestamp(ts, tz=_dt.timezone.utc).isoformat()
-
-
-def _score01(score: float) -> float:
-    return float(min(1.0, max(0.0, score)))
 
 
 def _translate_condition(field: str, cond: Any) -> Any:
@@ -399,8 +395,7 @@ class Memory:
         hits = self.memory.search(query, top_k=min(n, self.memory.config.max_top_k), metadata=meta,
                                   explain=explain, **scope)
         out = []
-        for h in hits:
-            s = _score01(h.score)
+        for h, s in zip(hits, unit_scores([h.score for h in hits])):
             if s < threshold:
                 continue
             item = _item(h, h.metadata, score=s)
