@@ -67,6 +67,8 @@ class Reinforcement:
         #: searches whose reinforcement was dropped because the queue was full (the writer busy), ever
         self.dropped = 0
         self._dropping_since: int | None = None  # ``dropped`` when this episode of drops began
+        # during an episode of drops that lost learned links: queued links reach the store only (see _drop_oldest)
+        self._links_paused = False
         # co-occurrence weight the queued searches will add, visible to the next query already
         self.pending_co: dict[tuple[int, int], float] = {}
         # ... and the credit of the batch a server backend's flusher thread is writing (``reinforce_flush``)
@@ -108,7 +110,8 @@ class Reinforcement:
         if pairs and cfg.hebbian_min_cosine > 0:
             pairs = self._close_groups(pairs)
         self.queued.append((self.host.now(), nids, pairs))
-        self.learn_now(pairs)
+        if not self._links_paused:
+            self.learn_now(pairs)
         if len(self.queued) > cfg.reinforce_queue_max:
             self._drop_oldest(len(self.queued) - cfg.reinforce_queue_max)
         if len(self.queued) >= cfg.reinforce_batch or \
@@ -120,14 +123,20 @@ class Reinforcement:
 
     def _drop_oldest(self, n: int) -> None:
         """The queue is full (the writer has been busy for long): the oldest ``n`` searches are
-        dropped. The projection is re-read from the store only when one of them carried Hebbian
-        pairs (the overlay holds nothing else of them: by default a search queues access counts
-        only). One warning per episode; the episode ends, with an info line counting its drops,
-        at the next successful write of the queue (``written``)."""
+        dropped. One warning per episode; the episode ends, with an info line counting its drops,
+        at the next successful write of the queue (``written``).
+
+        A dropped search that carried Hebbian pairs (``Config.hebbian_search``; by default a search
+        queues access counts only) had its links in the projection already. The first such drop of
+        an episode re-reads the projection from the store, once, and pauses ``learn_now``: until the
+        queue is written, searches queue their links for the store without showing them, so a later
+        drop has nothing to take back (no rebuild per search); ``written`` shows them with one more
+        re-read."""
         lost = self.queued[:n]
         del self.queued[:n]
         self.dropped += n
-        if any(groups for _t, _nids, groups in lost):
+        if not self._links_paused and any(groups for _t, _nids, groups in lost):
+            self._links_paused = True
             self.forget_pending()
         if self._dropping_since is None:
             self._dropping_since = self.dropped - n
@@ -137,6 +146,9 @@ class Reinforcement:
 
     def written(self) -> None:
         """A write of the queued reinforcement committed: an episode of drops (if any) is over."""
+        if self._links_paused and not self.queued:  # every link queued meanwhile is stored: show them
+            self._links_paused = False
+            self.host.projection.mark_stale()
         if self._dropping_since is not None:
             log.info("causalmem: %s: reinforcement written again; %d searches were dropped while the writer "
                      "was busy", self.store.path, self.dropped - self._dropping_since)
