@@ -327,6 +327,13 @@ class Projection:
         self._built_at = float(meta["built_at"]) if "built_at" in meta else self._clock()
         self.version += 1
 
+    def release(self) -> None:
+        """Drop the graph (its arrays may map a sidecar file): the store was closed."""
+        self.graph, self._overlay, self._co_deg = None, _Overlay(), np.zeros(0, np.int64)
+        self.restore = None
+        self._stale = True
+        self.version += 1
+
     def rebuild(self) -> None:
         t0 = time.perf_counter()
         restore, self.restore = self.restore, None

@@ -73,6 +73,12 @@ class IndexFiles:
         # views whose file is older than them by the journal's rows (a catch-up): saved in full, or
         # left as they are when the catch-up was small (``CATCH_UP_KEEP``), never restamped
         self.behind: set[str] = set()
+        #: views built from the database instead of loaded from their file, by kind (``Views.tables``;
+        #: the projection counts its own, ``Projection.rebuilds``)
+        self.rebuilt: dict[str, int] = {"chunks": 0, "lexical": 0}
+        #: this process changed the store (an own commit, a purge, a sleep cycle): at close its views
+        #: are brought to the files when the next open could not use them (``needs_build``)
+        self.changed = False
 
     def read_seq(self) -> int | None:
         """The store's change counter; None when the backend has none or the database has never
@@ -256,6 +262,7 @@ class IndexFiles:
         committed = self.store.committed_seq
         if committed is None:
             return  # nothing changed
+        self.changed = True
         before = getattr(self.store, "committed_from", None)
         self.seq = committed if self.seq is not None and before is not None and self.seq == before else None
         if vectors is not None:
@@ -266,11 +273,28 @@ class IndexFiles:
         """After a purge's commit (the caller holds ``sidecar.index_lock``): every file of the
         directory goes, and a new purge token (see ``Views.purged``)."""
         sidecar.purge_files(self.dir)
+        self.changed = True
         self.purge_seen = sidecar.new_purge_token(self.dir)
         self.file_seq.clear()
         self.graph_saved = None
 
     # ------------------------------------------------------------------ saving
+    def needs_build(self, seq: int) -> bool:
+        """Whether a fresh process opening the store at ``seq`` would rebuild a view from the database:
+        a file missing, newer than the store, or older by more than a short journal chain
+        (``CATCH_UP_KEEP`` ids; the projection's chain also without reweights or learned links, which
+        ``restore_projection`` refuses). Headers and the journal only: cheap enough for every close."""
+        for kind in sidecar.KINDS:
+            have = sidecar.header_seq(self.dir, kind)
+            if have is None or have > seq:
+                return True
+            if have == seq:
+                continue
+            chain = sidecar.read_chain(self.dir, have, seq, max_ids=CATCH_UP_KEEP)
+            if chain is None or (kind == "projection" and ("eu" in chain or "o" in chain)):
+                return True
+        return False
+
     def save(self) -> list[str]:
         """Write the views that changed to ``<db>.idx/`` (at ``close``); returns the kinds written.
 

@@ -174,6 +174,7 @@ class StoreFollower:
 
     def after_bulk_change(self) -> None:
         """The store changed under this process's own hand outside ``write()`` (a sleep cycle)."""
+        self.host.files.changed = True
         self.data_version = self.store.data_version()  # before re-reading: a later commit is noticed
         self.resync()
 

@@ -20,9 +20,13 @@ noticed at the next read or write and patched in by difference (``sync_external`
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
+import logging
+import os
 import threading
 import time
+import weakref
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -48,7 +52,14 @@ from .view_vectors import PendingQuery, VectorView
 from .embedding import EmbeddingWorker, Progress, hand_off
 from .write_gate import WriteGate
 
-__all__ = ["Views", "NewChunk", "NewEdge", "Effects", "Scope"]
+__all__ = ["Views", "NewChunk", "NewEdge", "Effects", "Scope", "EXIT_LOCK_S"]
+
+log = logging.getLogger("causalmem")
+
+_OPEN: "weakref.WeakSet[Views]" = weakref.WeakSet()
+_OPEN_LOCK = threading.Lock()
+#: seconds the exit hook waits for a views lock a background thread holds before it gives up the save
+EXIT_LOCK_S = 10.0
 
 
 class Views:
@@ -99,6 +110,12 @@ class Views:
             store.close()
             raise
         self.own_rows = self.embedding.own_rows
+        #: seconds ``close`` spent building the views for the next open (``build_for_next_open``)
+        self.close_build_seconds = 0.0
+        self.closed = False
+        self.pid = os.getpid()
+        with _OPEN_LOCK:
+            _OPEN.add(self)
         self.embedding.resume_later()
 
     def now(self) -> float:
@@ -143,6 +160,7 @@ class Views:
         reinforcement (dropped with a log line if the file refuses it), save the index files, close
         the store, and hand what is left of the own rows to a detached ``causalmem embed`` when the
         rule says so."""
+        self.closed = True
         rows = None if drain else self.embedding.settle_queue()
         self.embedding.stop(drain=drain)  # outside the lock: the worker's last batch needs it
         with self.lock:
@@ -156,14 +174,47 @@ class Views:
             finally:
                 try:
                     self.background.stop("reinforce")
+                    self.build_for_next_open()  # never raises
                     self.save_sidecars()  # never raises
                     self.stamp_vectors()  # never raises
                 finally:
                     self.store.close()  # ends the WAL checkpointer thread (SQLite)
+                    self.release()
         self.background.close()  # joins every thread of this store (the store is closed: none needs it)
         if rows is not None and self.sidecar_dir is not None:
             hand_off(str(self.store.path), str(self.embedding.spec), self.sidecar_dir, rows,
                      spawn=self.background.spawn)
+
+    def build_for_next_open(self) -> bool:
+        """At close, when this process changed the store and a fresh process could not load every
+        view from ``<db>.idx/`` (no file, or one too far behind its journal: ``IndexFiles.needs_build``),
+        bring the views to the store's state here — from the files and journal when they serve, else
+        built from the database — so ``save_sidecars`` writes them. A writer that never searched
+        pays one build at close instead of every later reader paying it at open. True when it did."""
+        files = self.files
+        if not files.changed or files.dir is None or getattr(self.store, "read_only", False):
+            return False
+        try:
+            seq = files.read_seq()
+            if seq is None or not files.needs_build(seq):
+                return False
+            t0 = time.perf_counter()
+            self.tables()
+            if not self.projection.savable():
+                self.projection.rebuild()
+            self.close_build_seconds = time.perf_counter() - t0
+            return True
+        except Exception as exc:  # a build that fails leaves the files as they were: never fails close()
+            log.warning("causalmem: could not build the index files of %s at close: %s", self.store.path, exc)
+            return False
+
+    def release(self) -> None:
+        """After close: drop the in-process views, so no map or descriptor of ``<db>.idx/`` outlives
+        ``close`` while the caller keeps the ``Memory`` (their arrays map the files copy-on-write)."""
+        self.chunks = self.lexical = None
+        self.vector_view.index = None
+        self.projection.release()
+        self.meta_cache.clear()
 
     # ------------------------------------------------------------------ the text views and their files
     def tables(self) -> tuple[ChunkTable, BM25Index]:
@@ -177,18 +228,24 @@ class Views:
             table, index = files.load_tables(seq)
             if table is None or index is None:
                 fresh_table, fresh_index = ChunkTable(), BM25Index()
+                docs: list[tuple[int, str]] = []
                 for cols in self.store.chunk_columns(with_text=index is None):
                     if table is None:
                         fresh_table.load(cols)
                     if index is None:
                         assert cols.text is not None
-                        fresh_index.add_many([(n, t) for n, t, a in zip(cols.nid, cols.text, cols.alive) if a])
+                        docs += [(n, t) for n, t, a in zip(cols.nid, cols.text, cols.alive) if a]
+                if docs:  # one batch: the postings are sorted once, not once per column batch
+                    fresh_index.add_many(docs)
+                del docs
                 if table is None:
                     table = fresh_table
                     files.dirty.add("chunks")
+                    files.rebuilt["chunks"] += 1
                 if index is None:
                     index = fresh_index
                     files.dirty.add("lexical")
+                    files.rebuilt["lexical"] += 1
             self.chunks, self.lexical = table, index
             files.seq = seq
         return self.chunks, self.lexical
@@ -385,3 +442,25 @@ class Views:
     def reinforce_dropped(self) -> int:
         """Searches whose reinforcement was dropped because the queue was full (the writer busy), ever."""
         return self.reinforcement.dropped
+
+
+@atexit.register  # registered after ``background``'s hook, so it runs first: close, then stop what is left
+def _close_at_exit() -> None:
+    """A normal interpreter exit closes every ``Views`` still open as ``Memory.close()`` would (the
+    index files saved, the reinforcement written). Not in a forked child (the parent owns the store
+    and its files) and not while another thread holds the views lock past ``EXIT_LOCK_S`` (a daemon
+    thread stuck in a native call: the files stay as they are, valid or ignored by their header)."""
+    with _OPEN_LOCK:
+        todo = [v for v in _OPEN if not v.closed]
+    for views in todo:
+        if views.pid != os.getpid():
+            continue
+        # probed, not held: close stops the embedding worker outside the lock (its last batch needs it)
+        if not views.lock.acquire(timeout=EXIT_LOCK_S):
+            log.warning("causalmem: %s not closed at exit (its lock is held by another thread)", views.store.path)
+            continue
+        views.lock.release()
+        try:
+            views.close()
+        except Exception as exc:  # exit goes on
+            log.warning("causalmem: closing %s at exit: %s", views.store.path, exc)
