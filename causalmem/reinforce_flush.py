@@ -91,6 +91,8 @@ class Flusher:
         self.twin: Any = None
         self.batches = 0  # batches written (tests)
         self.settling = 0  # writers waiting in ``settle``: no new batch is taken meanwhile
+        self.deferred = 0  # batch writes the store refused (busy, disk full ...), ever
+        self._deferring = False  # in an episode of refused writes: logged once, until a batch is written
 
     def wake(self) -> None:
         """A search filled the batch (the caller holds the views lock): write it soon."""
@@ -182,6 +184,7 @@ class Flusher:
                     queue.flushing_co = {}
                     queue.written()
                     self.batches += 1
+                    self._deferring = False
                 finally:
                     self.inflight = False
                     self.cond.notify_all()
@@ -192,7 +195,12 @@ class Flusher:
         if isinstance(exc, StoreError) and ("read-only" in msg or "readonly" in msg):
             queue.turn_off(f"the database is read-only ({msg})")
         elif isinstance(exc, StoreError):
-            log.info("causalmem: %s: reinforcement write deferred: %s", queue.store.path, msg)
+            # every search wakes the thread while the batch waits: one line per episode, not per search
+            self.deferred += 1
+            if not self._deferring:
+                self._deferring = True
+                log.info("causalmem: %s: reinforcement write deferred until the store takes it: %s",
+                         queue.store.path, msg)
         else:  # pragma: no cover - a bug: say so, keep the queue
             log.warning("causalmem: %s: reinforcement write failed: %r", queue.store.path, exc)
 

@@ -14,7 +14,7 @@ from causalmem import Config, Memory
 
 # the writer is held busy by a second sqlite3 connection: on PostgreSQL the flusher thread writes the queue
 # on its own connection instead (its race with confirm: tests/test_postgres_flush.py)
-pytestmark = pytest.mark.skipif(os.environ.get("CAUSALMEM_TEST_BACKEND") == "postgres",
+sqlite_writer = pytest.mark.skipif(os.environ.get("CAUSALMEM_TEST_BACKEND") == "postgres",
                                 reason="holds SQLite's write lock from a second sqlite3 connection")
 
 
@@ -47,6 +47,7 @@ def _records(caplog) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == "causalmem" and r.levelno >= logging.INFO]
 
 
+@sqlite_writer
 @pytest.mark.parametrize("episodes", [1, 2])
 def test_a_full_queue_warns_once_per_episode_and_rebuilds_no_projection_per_search(db_path, caplog, episodes):
     m = _memory(db_path)
@@ -76,6 +77,7 @@ def test_a_full_queue_warns_once_per_episode_and_rebuilds_no_projection_per_sear
         m.close()
 
 
+@sqlite_writer
 def test_after_an_episode_the_projection_answers_as_one_rebuilt_from_the_store(db_path):
     """Dropped searches' links leave the queries' view: what the projection shows after the episode is
     what the store holds (a projection rebuilt from the store alone gives the same links)."""
@@ -95,3 +97,34 @@ def test_after_an_episode_the_projection_answers_as_one_rebuilt_from_the_store(d
         assert ids and seen == pytest.approx(again, rel=1e-5), (seen, again, stored)
     finally:
         m.close()
+
+
+def test_a_refused_flusher_write_logs_once_per_episode_not_per_search(pg_dsn, caplog):
+    """PostgreSQL: while the store refuses the flusher's batch (here a CHECK constraint the access-count
+    update violates, as a full disk would), every search wakes the thread and the batch fails again:
+    one log line for the episode, the failures counted; once the store takes writes, the queue is written."""
+    if os.environ.get("CAUSALMEM_TEST_BACKEND") != "postgres":
+        pytest.skip("the flusher thread runs on PostgreSQL only (CAUSALMEM_TEST_BACKEND=postgres)")
+    import psycopg
+
+    schema = pg_dsn.rsplit("schema=", 1)[1]
+    base = pg_dsn.rsplit("schema=", 1)[0].rstrip("?&")
+    cfg = Config(reinforce_batch=2, reinforce_seconds=3600)
+    with Memory(pg_dsn, embedder=None, config=cfg) as m:
+        for i in range(4):
+            m.add(f"kafka consumer lag alert number {i}", user_id="u")
+        flusher = m._views.reinforcement.flusher
+        with psycopg.connect(base, autocommit=True) as con:
+            con.execute(f'ALTER TABLE "{schema}".chunks ADD CONSTRAINT soak_refuse CHECK (access_count < 0) NOT VALID')
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="causalmem"):
+                for _ in range(30):
+                    m.search("kafka consumer lag", top_k=4, user_id="u")
+                    with m._views.lock:
+                        flusher.join()
+            lines = [r.getMessage() for r in _records(caplog)]
+            con.execute(f'ALTER TABLE "{schema}".chunks DROP CONSTRAINT soak_refuse')
+        assert flusher.deferred >= 10, flusher.deferred
+        assert len(lines) == 1 and "deferred" in lines[0], lines
+        m.flush()
+        assert m._store.query("SELECT SUM(access_count) FROM chunks")[0][0] >= 30
