@@ -105,7 +105,8 @@ def intervention(views: Views, action: str, *, max_depth: int, limit: int,
         return InterventionReport(action=action, label="UNKNOWN", outcomes=(), seeds=seed_ids, has_precedent=False,
                                   summary=NO_PRECEDENT)
     label = overall_label(outcomes)
-    names = ", ".join(f"{o.text} ({outcome_label(o)})" for o in outcomes[:3])
+    # every outcome of the report: the inspector's table and graph show them all (``limit`` bounds them)
+    names = ", ".join(f"{o.text} ({outcome_label(o)})" for o in outcomes)
     return InterventionReport(action=action, label=label, outcomes=tuple(outcomes), seeds=seed_ids,
                               has_precedent=True, summary=f"{label}: {names}")
 
@@ -159,7 +160,9 @@ def _ids_of(views: Views, nids: Sequence[int]) -> list[str]:
 
 def outcome_label(o: PredictedOutcome) -> str:
     if o.energy < 0:
-        return "UNKNOWN"  # reached over a prevented edge: blocked, not predicted
+        # reached over a prevented edge: the action blocks it, so blocking a good outcome is a warning and
+        # blocking a bad one is safe (as ``causalmem search-causal`` marks "WARNING (prevented)")
+        return {"positive": "WARNING", "negative": "SAFE"}.get(o.polarity or "", "UNKNOWN")
     return {"negative": "DANGER", "positive": "SAFE", "mixed": "WARNING"}.get(o.polarity or "", "UNKNOWN")
 
 

@@ -353,3 +353,20 @@ def test_search_scores_follow_the_documented_scale(tmp_path):
     assert caused.signals["activation"] > 0 > prevented.signals["activation"]
     assert caused.score == pytest.approx(caused.signals["activation"])
     assert prevented.score == pytest.approx(-prevented.signals["activation"])
+
+
+def test_what_if_summary_names_every_outcome_and_labels_prevented_ones(devops):
+    """The summary line lists every outcome the report (and the inspector's table and graph) shows,
+    and a prevented outcome is labelled by what blocking it means: a positive one blocked is a
+    WARNING, a negative one blocked is SAFE (never UNKNOWN)."""
+    rep = devops.intervention_query("deploy without tests")
+    assert len(rep.outcomes) >= 4
+    head, names = rep.summary.split(": ", 1)
+    assert head == rep.label == "DANGER"
+    for o in rep.outcomes:
+        assert o.text in names, (o.text, rep.summary)
+    assert "safe release (WARNING)" in names  # prevented, positive: a good outcome blocked
+    assert "(UNKNOWN)" not in names
+    caching = devops.intervention_query("enable caching")
+    assert caching.label == "SAFE"
+    assert "timeout errors (SAFE)" in caching.summary  # prevented, negative: a bad outcome blocked
