@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Mapping
 from urllib.parse import parse_qs, urlsplit
 
+from ..retrieval import is_prevented
 from .html import asset, csp_hash, palette, picture_data
 from .subgraph import DIRECTIONS, subgraph, what_if_graph
 
@@ -125,7 +126,8 @@ class Inspector:
             return {"query": q, "hits": []}
         # reinforce=False: looking at the memory must not teach it (no Hebbian links from the inspector)
         hits = self.mem.search(q, top_k=top_k, explain=True, reinforce=False, **self._scope(p))
-        return {"query": q, "hits": [_clean(asdict(h)) for h in hits]}
+        # "prevented": the hit came in as an outcome the match prevented, shown as a warning
+        return {"query": q, "hits": [dict(_clean(asdict(h)), prevented=is_prevented(h)) for h in hits]}
 
     def what_if(self, p: _Params) -> Any:
         action = p.required_text("action")
@@ -176,9 +178,15 @@ class Inspector:
         if kind:
             filters["kind"] = kind
         limit = p.integer("limit", 200, 1, _MEMORY_LIMIT)
+        order = p.text("order", "q")
+        if order not in ("q", "recent"):
+            raise ValueError(f"order must be 'q' (by Q, the default) or 'recent' (newest first), got {order!r}")
         chunks = self._all_chunks(**filters)
-        chunks.sort(key=lambda c: (-c.q_value, -c.importance, c.created_at))
-        return {"filters": filters, "total": len(chunks),
+        if order == "recent":
+            chunks.sort(key=lambda c: (-c.created_at, c.id))
+        else:
+            chunks.sort(key=lambda c: (-c.q_value, -c.importance, c.created_at))
+        return {"filters": filters, "order": order, "total": len(chunks),
                 "memories": [{"id": c.id, "text": c.text, "kind": c.kind, "q_value": c.q_value,
                               "importance": c.importance, "access_count": c.access_count,
                               "created_at": c.created_at, "user_id": c.user_id, "agent_id": c.agent_id,

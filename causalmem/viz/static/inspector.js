@@ -86,12 +86,21 @@
         clear(tbody);
         $("search-status").textContent = data.hits.length + " hit(s) for \u201c" + data.query + "\u201d";
         $("search-table").hidden = data.hits.length === 0;
+        $("overview").hidden = true;  // the landing overview gives way to the results
         data.hits.forEach(function (h) {
           var s = h.signals || {};
           var tr = document.createElement("tr");
           cell(tr, num(h.score), "num");
           var t = cell(tr, h.text, "linkish");
           t.addEventListener("click", function () { openMemory(h.id); });
+          if (h.prevented) {  // an outcome the match prevented: a warning, not an equal of a caused one
+            tr.className = "prevented";
+            var w = document.createElement("span");
+            w.className = "cm-badge WARNING";
+            w.textContent = "WARNING (prevented)";
+            t.appendChild(document.createTextNode(" "));
+            t.appendChild(w);
+          }
           cell(tr, h.kind);
           cell(tr, s.lexical_rank, "num");
           cell(tr, num(s.lexical_score, 2), "num");
@@ -217,7 +226,8 @@
       data.memories.forEach(function (m) {
         var tr = document.createElement("tr");
         cell(tr, num(m.q_value), "num");
-        var t = cell(tr, m.text, "linkish");
+        var t = cell(tr, m.text, "linkish memtext");
+        t.title = m.text;
         t.addEventListener("click", function () { openMemory(m.id); });
         cell(tr, m.kind);
         cell(tr, num(m.importance, 1), "num");
@@ -242,7 +252,7 @@
        ["session", m.session_id], ["valid", m.valid ? "yes" : "no (deleted)"]].forEach(function (kv) {
         var tr = document.createElement("tr");
         cell(tr, kv[0]);
-        cell(tr, kv[1]);
+        cell(tr, kv[1], kv[0] === "created" ? "when" : null);
         f.appendChild(tr);
       });
       var h = $("detail-history");
@@ -252,7 +262,7 @@
         cell(tr, ev.event);
         cell(tr, ev.old_text);
         cell(tr, ev.new_text);
-        cell(tr, when(ev.at));
+        cell(tr, when(ev.at), "when");
         h.appendChild(tr);
       });
       var e = $("detail-edges");
@@ -271,6 +281,42 @@
         drawPicture("detail-picture", g.picture, null);
       });
     }).catch(function (err) { $("detail").hidden = false; $("detail-text").textContent = String(err.message || err); });
+  }
+
+  // ------------------------------------------------------------------ landing: counts and recent memories
+  function loadOverview(stats) {
+    var counts = $("overview-counts");
+    clear(counts);
+    [["memories", stats.chunks], ["edges", stats.edges], ["co-occurrence pairs", stats.cooccurrence],
+     ["facts", stats.facts], ["with a vector", stats.embeddings]].forEach(function (kv) {
+      if (kv[1] === undefined || kv[1] === null) return;
+      var d = document.createElement("div");
+      d.className = "count";
+      var b = document.createElement("b");
+      b.textContent = String(kv[1]);
+      var l = document.createElement("span");
+      l.textContent = kv[0];
+      d.appendChild(b);
+      d.appendChild(l);
+      counts.appendChild(d);
+    });
+    return api("/api/memories", {order: "recent", limit: 10}).then(function (data) {
+      var tbody = $("recent-rows");
+      clear(tbody);
+      $("recent-table").hidden = data.memories.length === 0;
+      $("recent-empty").hidden = data.memories.length !== 0;
+      data.memories.forEach(function (m) {
+        var tr = document.createElement("tr");
+        cell(tr, when(m.created_at));
+        var t = cell(tr, m.text, "linkish memtext");
+        t.title = m.text;
+        t.addEventListener("click", function () { openMemory(m.id); });
+        cell(tr, m.kind);
+        cell(tr, m.user_id);
+        cell(tr, m.agent_id);
+        tbody.appendChild(tr);
+      });
+    });
   }
 
   // ------------------------------------------------------------------ sleep and stats
@@ -326,7 +372,8 @@
   api("/api/stats", {}).then(function (s) {
     $("db-path").textContent = s.path;
     $("mode").textContent = s.writable ? "writable" : "read-only";
-  }).catch(function () {});
+    return loadOverview(s);
+  }).catch(function (e) { showError("search-status", e); });
   var params = new URLSearchParams(window.location.search);
   var tab = params.get("tab") || (params.get("action") ? "whatif" : (params.get("memory") ? "memories" : "search"));
   showTab(tabs.indexOf(tab) >= 0 ? tab : "search");
