@@ -188,12 +188,17 @@ def test_feedback_and_confirm_bad_arguments_and_scope_wall(storage):
 
 
 def test_scores_above_one_keep_causalmems_order_in_recall(storage):
-    """causalmem's fused score passes 1 with graph bonuses; CrewAI re-sorts recall by its composite of
-    the score, recency and importance. Scores are divided by the best (not clipped to a tie at 1), so
-    recall keeps causalmem's order; a clip would let recency put the newer record first."""
+    """causalmem's fused score passes 1 with graph support (docs/python.md, "Scores"); CrewAI re-sorts
+    recall by its composite of the score, recency and importance. Scores are divided by the best (not
+    clipped to a tie at 1), so recall keeps causalmem's order; a clip would let recency put the newer
+    record first."""
     mem = CrewMemory(storage=storage, embedder=storage.embedder, consolidation_threshold=0.999)
     for text in ("The payments service deploys on Fridays.", "The payments service deploys on Mondays.", *OTHERS):
         mem.remember(text, scope="/team/payments", categories=["process"], importance=0.5)
+    # the two matching records support each other over a causal edge: both pass 1
+    ids = {c.text: c.id for c in storage.memory.get_all(agent_id="crewai")}
+    storage.memory.link(ids["The payments service deploys on Mondays."],
+                        ids["The payments service deploys on Fridays."], relation="caused", confidence=0.9)
     query = "When does the payments service deploy?"
     storage.memory.wait_embedded()  # as storage.search does
     raw = storage.memory.search(query, top_k=3, agent_id="crewai")
