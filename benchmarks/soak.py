@@ -332,6 +332,16 @@ class RawStore:
             con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             return list(con.execute(sql))
 
+    def created(self) -> bool:
+        """Whether a worker has created the store's tables yet (a kill may come before the first open ends)."""
+        if self.backend == "sqlite":
+            if not os.path.exists(self.target):
+                return False
+            sql = "SELECT count(*) FROM sqlite_master WHERE name = 'chunks'"
+        else:
+            sql = "SELECT count(*) FROM pg_tables WHERE schemaname = 'causalmem' AND tablename = 'chunks'"
+        return bool(self._rows(sql)[0][0])
+
     def snapshot(self) -> tuple[dict[str, tuple], dict[str, tuple]]:
         if self.backend == "sqlite":
             con = sqlite3.connect(f"file:{self.target}?mode=ro", uri=True, timeout=60)
@@ -403,6 +413,11 @@ class Checker:
         unacknowledged call may be in flight and is not judged)."""
         with self.lock:
             journals = [read_journal(path) for path in self.logs]  # before the snapshot: acks it must hold
+            if not self.raw.created():
+                acks = sum(1 for recs in journals for r in recs if r["t"] == "ack" and r.get("ids"))
+                if acks:
+                    self.fail("acked_present", f"{when}: {acks} writes acknowledged but the store has no tables")
+                return  # no worker finished its first open yet: nothing to check
             chunks, edges = self.raw.snapshot()
             by_text: dict[str, list[str]] = defaultdict(list)
             for cid, (txt, _u, _v, _n) in chunks.items():
