@@ -453,14 +453,21 @@ def _close_at_exit() -> None:
     with _OPEN_LOCK:
         todo = [v for v in _OPEN if not v.closed]
     for views in todo:
-        if views.pid != os.getpid():
-            continue
-        # probed, not held: close stops the embedding worker outside the lock (its last batch needs it)
-        if not views.lock.acquire(timeout=EXIT_LOCK_S):
-            log.warning("causalmem: %s not closed at exit (its lock is held by another thread)", views.store.path)
-            continue
-        views.lock.release()
-        try:
-            views.close()
-        except Exception as exc:  # exit goes on
-            log.warning("causalmem: closing %s at exit: %s", views.store.path, exc)
+        close_at_exit(views)
+
+
+def close_at_exit(views: Views) -> bool:
+    """What the exit hook does for one ``Views`` still open; True when it closed it."""
+    if views.closed or views.pid != os.getpid():
+        return False
+    # probed, not held: close stops the embedding worker outside the lock (its last batch needs it)
+    if not views.lock.acquire(timeout=EXIT_LOCK_S):
+        log.warning("causalmem: %s not closed at exit (its lock is held by another thread)", views.store.path)
+        return False
+    views.lock.release()
+    try:
+        views.close()
+    except Exception as exc:  # exit goes on
+        log.warning("causalmem: closing %s at exit: %s", views.store.path, exc)
+        return False
+    return True

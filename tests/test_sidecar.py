@@ -4,6 +4,7 @@ sequence of writes; a file that does not match the database (another state, anot
 crash before the refresh, truncation, damage) is detected and rebuilt, never trusted, never fatal."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -19,6 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from causalmem import Config, Memory
 from causalmem import sidecar
 from causalmem import view_files as views_module
+from causalmem import views as views_coordinator
 from causalmem.chunks import ChunkTable
 from causalmem.lexical import BM25Index
 from causalmem.projection import build_graph
@@ -167,17 +169,26 @@ class SidecarMachine(RuleBasedStateMachine):
         other.close()
 
     @rule(ops=st.lists(st.tuples(st.sampled_from(["record", "record_many", "update", "delete", "feedback",
-                                                   "invalidate", "restore", "search"]),
+                                                   "invalidate", "restore", "search", "add", "import_", "sleep",
+                                                   "purge", "exit_without_close"]),
                                   st.integers(0, 10_000), text_st), min_size=1, max_size=5))
     def one_shot_writers_while_closed(self, ops):
         """This process closes; short processes (a CLI call each) write — their commits go to the
-        journal, the index files stay as they were — and the next open catches up from it."""
+        journal, or, when the next open could not use the files any more (a sleep, a purge, a long
+        journal), the writer's close saves them — and the next open loads the files (catching up
+        from the journal) without rebuilding any view."""
+        seq_before = self.mem._views.files.read_seq()
         self.mem.close()
         self.edges = getattr(self, "edges", [])
         for op, i, text in ops:
-            with Memory(self.path, embedder=None, clock=self.clock) as other:
+            other = Memory(self.path, embedder=None, clock=self.clock)
+            with contextlib.ExitStack() as stack:
+                if op == "exit_without_close":  # what the interpreter's exit hook does
+                    stack.callback(lambda o=other: views_coordinator.close_at_exit(o._views))
+                else:
+                    stack.enter_context(other)
                 self.n += 1
-                if op == "record":
+                if op in ("record", "exit_without_close"):
                     e = other.record_decision(f"{text} once {self.n}", f"{text} once outcome {self.n}", user_id="bob")
                     self.chunks += [e.src, e.dst]
                     self.edges.append(e.id)
@@ -187,6 +198,19 @@ class SidecarMachine(RuleBasedStateMachine):
                     self.edges += [e.id for e in es]
                 elif op == "search":  # a reader: loads (catches up), reinforces, saves at close
                     other.search(text, reinforce=True)
+                elif op == "add":
+                    other.add(f"{text} turn once {self.n}", user_id="bob", session_id="s")
+                elif op == "import_":
+                    dump = self.dir / f"dump{self.n}.jsonl"
+                    with Memory(":memory:", embedder=None) as src:
+                        src.record_decision(f"{text} imported {self.n}", f"{text} imported outcome {self.n}")
+                        src.export(dump)
+                    other.import_(dump)
+                elif op == "sleep":
+                    self.now += 3 * 86400
+                    other.sleep()
+                elif op == "purge":
+                    other.delete_all(user_id="bob", purge=True)
                 elif op in ("invalidate", "restore") and self.edges:
                     eid = self.edges[i % len(self.edges)]
                     try:
@@ -208,6 +232,11 @@ class SidecarMachine(RuleBasedStateMachine):
                         other.feedback(cid, 1.0)
         self.mem = Memory(self.path, embedder=None, clock=self.clock)
         self.mem._views.tables()
+        seq = self.mem._views.files.read_seq()
+        if seq is not None and seq != seq_before:  # written: every view from its file, none rebuilt
+            assert self.mem._views.files.rebuilt == {"chunks": 0, "lexical": 0}, ops
+            self.mem._views.projection.current()
+            assert self.mem._projection.rebuilds == 0, ops
         # every channel (the graph's too: loaded and patched from the journal, or rebuilt) answers
         # as views built from a copy of the database without index files
         import sqlite3
