@@ -440,3 +440,36 @@ def test_the_reuse_lookup_of_a_memory_kept_open_asks_only_about_known_hashes_and
     finally:
         a.close()
         b.close()
+
+
+def test_other_hosts_writes_are_folded_into_the_hash_set_not_read_again_whole(pg_dsn, monkeypatch):
+    """Hosts writing by turns: each write of ``a`` brings its text-hash set up to the writer lock from
+    the change log (the chunks inserted or updated since), instead of reading every stored hash
+    again under the lock (one full read per write, seconds at 100k chunks, and every other writer
+    waiting behind it) - and still reuses what ``b`` wrote in between."""
+    a = Memory(pg_dsn, embedder=None)
+    b = Memory(pg_dsn, embedder=None)
+    try:
+        a.record_many([(f"seed decision {i}", f"seed outcome {i}") for i in range(200)])
+        a.record_many([("warm the cache", "fewer misses")])  # the second lookup builds the set
+        store = a._store
+        assert store._hashes is not None and store.hash_rebuilds == 1
+        count = Statements(monkeypatch, store.conn)
+        begin, others = store._begin_write, []
+
+        def b_commits_first(wait):  # b commits after a caught up, before a takes the writer lock
+            others.append(b.record_many([(f"host b decision {len(others)}", f"host b outcome {len(others)}")])[0])
+            begin(wait)
+
+        monkeypatch.setattr(store, "_begin_write", b_commits_first)
+        for i in range(10):
+            got = a.record_many([(f"host b decision {i}", f"host a outcome {i}")])[0]
+            assert got.src == others[i].src  # b's chunk, reused through the folded set
+        monkeypatch.setattr(store, "_begin_write", begin)
+        assert len(others) == 10 and store.hash_rebuilds == 1
+        assert not [s for s in count.sent if "SELECT text_hash FROM chunks LIMIT" in s]
+        texts = [t for (t,) in store.query("SELECT text FROM chunks WHERE valid_to IS NULL")]
+        assert len(texts) == len(set(texts))
+    finally:
+        a.close()
+        b.close()

@@ -175,6 +175,7 @@ class PostgresStore(ChangeFollowing, SharedStore):
         self._hashes: set[int] | None = None
         self._hashes_upto = 0
         self._reuse_lookups = 0
+        self.hash_rebuilds = 0  #: times every stored text hash was read (once per store, unless the log fell behind)
         # what the committing transaction updated, read back: chunk rows, co-occurrence keys and rows
         self._tx_refresh: tuple[list[tuple], list[int] | None, list[tuple]] = ([], [], [])
         # the access counts the open transaction's reinforcement set (``touch_chunks_batch``), as the
@@ -849,10 +850,13 @@ class PostgresStore(ChangeFollowing, SharedStore):
             if self._depth != 1 or self._tx_used or any(k not in ("touch", "credit") for k, _ in self._deferred):
                 return None
             self._reuse_lookups += 1
+            if self._hashes is not None and self._hashes_upto < self._tx_seq - 1:
+                self._fold_hashes()  # other connections committed since: what the change log lists
             if self._hashes is not None and self._hashes_upto == self._tx_seq - 1:
                 return self._hashes
             if self._reuse_lookups < 2:
                 return None
+            self.hash_rebuilds += 1
             # every committed row as of the lock (no other writer commits while we hold it)
             got = self.conn.execute(f"SELECT text_hash FROM chunks LIMIT {ROW_CACHE_MAX + 1}").fetchall()
             if len(got) > ROW_CACHE_MAX:  # too many to keep here: the server answers (not tried again)
@@ -861,6 +865,21 @@ class PostgresStore(ChangeFollowing, SharedStore):
             self._hashes = {h for (h,) in got}
             self._hashes_upto = self._tx_seq - 1
             return self._hashes
+
+    def _fold_hashes(self) -> None:
+        """Bring the text-hash set from ``_hashes_upto`` to the writer lock's sequence: the hashes of
+        the chunks the change log lists as inserted or updated since (one round trip), instead of
+        every stored hash again. The set is a superset filter (a hash in it only means: ask the
+        server), so deleted chunks need not leave it. Left behind when the log no longer reaches back."""
+        upto, tx_seq = self._hashes_upto, self._tx_seq
+        floor, new = self.conn.execute(
+            "SELECT (SELECT log_floor FROM causalmem_state), ARRAY(SELECT text_hash FROM chunks WHERE nid IN "
+            "(SELECT unnest(keys) FROM changes WHERE seq > %s AND seq < %s AND kind IN ('ci', 'cu')))",
+            (upto, tx_seq)).fetchone()
+        if floor is None or upto < floor or self._hashes is None:
+            return
+        self._hashes.update(int(h) for h in new)
+        self._hashes_upto = tx_seq - 1
 
     def chunk_columns(self, *, with_text: bool = True, batch: int = 50000) -> Iterator[ChunkColumns]:
         sql = ("SELECT nid, kind, created_at, event_time, q_value, importance, user_id, agent_id, run_id, "
