@@ -26,7 +26,8 @@ def test_version_names_the_distribution_and_the_kernel():
 
 
 def test_verbose_levels_log_to_stderr_and_quiet_silences(tmp_path):
-    # creating a store logs its migration at INFO; a causal query rebuilds the graph (DEBUG)
+    # creating a store logs its migration at INFO; a causal query loads the graph the writer's close
+    # left in the index files (DEBUG)
     plain = run("--db", str(tmp_path / "a.db"), "record", "enable caching", "faster response")
     assert plain.returncode == 0 and plain.stderr == ""
 
@@ -38,7 +39,7 @@ def test_verbose_levels_log_to_stderr_and_quiet_silences(tmp_path):
 
     debug = run("--db", str(tmp_path / "b.db"), "search-causal", "enable caching", "-vv")
     assert debug.returncode == 0, debug.stderr
-    assert "DEBUG causalmem: graph rebuilt" in debug.stderr
+    assert "DEBUG causalmem: graph loaded from its sidecar" in debug.stderr
     assert "faster response" in debug.stdout
 
     quiet = run("-q", "--db", str(tmp_path / "c.db"), "record", "enable caching", "faster response")

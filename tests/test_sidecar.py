@@ -143,14 +143,18 @@ class SidecarMachine(RuleBasedStateMachine):
     def delete_all(self, user, purge):
         self.mem.delete_all(user_id=user, purge=purge)
         if purge:
-            alive = set()
-            for cid in self.chunks:
-                try:
-                    self.mem.get(cid)
-                    alive.add(cid)
-                except Exception:
-                    pass
-            self.chunks = [c for c in self.chunks if c in alive]
+            self._forget_purged()
+
+    def _forget_purged(self):
+        """Drop the ids a purge removed for good from the ids the rules pick from."""
+        alive = set()
+        for cid in self.chunks:
+            try:
+                self.mem.get(cid)
+                alive.add(cid)
+            except Exception:
+                pass
+        self.chunks = [c for c in self.chunks if c in alive]
 
     @rule(q=st.sampled_from(QUERIES), reinforce=st.booleans())
     def search(self, q, reinforce):
@@ -237,6 +241,8 @@ class SidecarMachine(RuleBasedStateMachine):
             assert self.mem._views.files.rebuilt == {"chunks": 0, "lexical": 0}, ops
             self.mem._views.projection.current()
             assert self.mem._projection.rebuilds == 0, ops
+        if any(op == "purge" for op, _i, _text in ops):
+            self._forget_purged()  # the other process's purge removed bob's chunks for good
         # every channel (the graph's too: loaded and patched from the journal, or rebuilt) answers
         # as views built from a copy of the database without index files
         import sqlite3
