@@ -22,7 +22,7 @@ Each shape (``--tenants``, repeatable) is its own schema on one throwaway cluste
 there is no model (``--model`` turns the default embedder on: 400k chunks take the 2-core machine
 more than an hour to embed). The table then reads the lexical and graph channels, which are what
 the views hold per worker. Its output is ``benchmarks/results/fleet.md`` (``--out`` to change it),
-with the commit and the command.
+with the commit and the command; ``--samples FILE`` keeps every sample as JSON.
 
 Projection: with views of the whole database (today), a worker's RSS grows with the total number
 of chunks. The slope between two shapes, extended to 10,000 tenants x 1,000 memories, is printed
@@ -277,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", action="store_true", help="the default embedder on (slow to build)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 50 tenants x 50, 10 s, 2 workers")
     ap.add_argument("--out", default=str(RESULTS / "fleet.md"))
+    ap.add_argument("--samples", help="also write every sample (latencies, RSS over time) as JSON to this file")
     args = ap.parse_args(argv)
     if args.quick:
         args.tenants, args.per_tenant, args.seconds, args.workers = args.tenants or [50], 50, 10.0, 2
@@ -328,8 +329,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"about {proj / 1024:.1f} GB per worker.", ""]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    (Path(args.out).with_suffix(".json")).write_text(json.dumps({"built_s": built, "shapes": measured,
-                                                                   "sqlite_ref": ref}))
+    if args.samples:
+        Path(args.samples).write_text(json.dumps({"built_s": built, "shapes": measured, "sqlite_ref": ref}))
     return 0
 
 
