@@ -20,13 +20,11 @@ noticed at the next read or write and patched in by difference (``sync_external`
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
 import threading
 import time
-import weakref
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -46,20 +44,17 @@ from .types import check_clock_value
 from .vector_index import IndexKeeper, VectorIndex
 from .view_effects import AfterCommit, Effects, NewChunk, NewEdge, Scope
 from .view_embedding import EmbeddingSide
+from .view_exit import EXIT_LOCK_S, close_at_exit, register_open
 from .view_files import IndexFiles
 from .view_sync import StoreFollower
 from .view_vectors import PendingQuery, VectorView
 from .embedding import EmbeddingWorker, Progress, hand_off
 from .write_gate import WriteGate
 
-__all__ = ["Views", "NewChunk", "NewEdge", "Effects", "Scope", "EXIT_LOCK_S"]
+__all__ = ["Views", "NewChunk", "NewEdge", "Effects", "Scope", "EXIT_LOCK_S", "close_at_exit"]
 
 log = logging.getLogger("causalmem")
 
-_OPEN: "weakref.WeakSet[Views]" = weakref.WeakSet()
-_OPEN_LOCK = threading.Lock()
-#: seconds the exit hook waits for a views lock a background thread holds before it gives up the save
-EXIT_LOCK_S = 10.0
 
 
 class Views:
@@ -114,8 +109,7 @@ class Views:
         self.close_build_seconds = 0.0
         self.closed = False
         self.pid = os.getpid()
-        with _OPEN_LOCK:
-            _OPEN.add(self)
+        register_open(self)  # closed at a normal interpreter exit, as close() would
         self.embedding.resume_later()
 
     def now(self) -> float:
@@ -442,32 +436,3 @@ class Views:
     def reinforce_dropped(self) -> int:
         """Searches whose reinforcement was dropped because the queue was full (the writer busy), ever."""
         return self.reinforcement.dropped
-
-
-@atexit.register  # registered after ``background``'s hook, so it runs first: close, then stop what is left
-def _close_at_exit() -> None:
-    """A normal interpreter exit closes every ``Views`` still open as ``Memory.close()`` would (the
-    index files saved, the reinforcement written). Not in a forked child (the parent owns the store
-    and its files) and not while another thread holds the views lock past ``EXIT_LOCK_S`` (a daemon
-    thread stuck in a native call: the files stay as they are, valid or ignored by their header)."""
-    with _OPEN_LOCK:
-        todo = [v for v in _OPEN if not v.closed]
-    for views in todo:
-        close_at_exit(views)
-
-
-def close_at_exit(views: Views) -> bool:
-    """What the exit hook does for one ``Views`` still open; True when it closed it."""
-    if views.closed or views.pid != os.getpid():
-        return False
-    # probed, not held: close stops the embedding worker outside the lock (its last batch needs it)
-    if not views.lock.acquire(timeout=EXIT_LOCK_S):
-        log.warning("causalmem: %s not closed at exit (its lock is held by another thread)", views.store.path)
-        return False
-    views.lock.release()
-    try:
-        views.close()
-    except Exception as exc:  # exit goes on
-        log.warning("causalmem: closing %s at exit: %s", views.store.path, exc)
-        return False
-    return True
