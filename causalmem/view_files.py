@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
@@ -79,6 +80,54 @@ class IndexFiles:
         #: this process changed the store (an own commit, a purge, a sleep cycle): at close its views
         #: are brought to the files when the next open could not use them (``needs_build``)
         self.changed = False
+        #: seconds ``close`` spent building the views for the next open (``build_for_next_open``)
+        self.close_build_seconds = 0.0
+
+    def open_tables(self, seq: int | None) -> tuple[ChunkTable, BM25Index]:
+        """The chunk table and BM25 index at ``seq``: from their files when those serve
+        (``load_tables``), else built from the store (counted in ``rebuilt``, marked dirty)."""
+        table, index = self.load_tables(seq)
+        if table is not None and index is not None:
+            return table, index
+        fresh_table, fresh_index = ChunkTable(), BM25Index()
+        docs: list[tuple[int, str]] = []
+        for cols in self.store.chunk_columns(with_text=index is None):
+            if table is None:
+                fresh_table.load(cols)
+            if index is None:
+                assert cols.text is not None
+                docs += [(n, t) for n, t, a in zip(cols.nid, cols.text, cols.alive) if a]
+        if docs:  # one batch: the postings are sorted once, not once per column batch
+            fresh_index.add_many(docs)
+        del docs
+        for kind, built in (("chunks", table is None), ("lexical", index is None)):
+            if built:
+                self.dirty.add(kind)
+                self.rebuilt[kind] += 1
+        return (fresh_table if table is None else table), (fresh_index if index is None else index)
+
+    def build_for_next_open(self, tables: Callable[[], Any], projection: Any) -> bool:
+        """At close, when this process changed the store and a fresh process could not load every
+        view from ``<db>.idx/`` (no file, or one too far behind its journal: ``needs_build``), bring
+        the views to the store's state here (``tables()``, the projection) — from the files and
+        journal when they serve, else built from the database — so the save writes them. A writer
+        that never searched pays one build at close instead of every later reader paying it at
+        open. True when it did; never raises (a failed build leaves the files as they were)."""
+        if not self.changed or self.dir is None or getattr(self.store, "read_only", False):
+            return False
+        try:
+            seq = self.read_seq()
+            if seq is None or not self.needs_build(seq):
+                return False
+            t0 = time.perf_counter()
+            tables()
+            if not projection.savable():
+                projection.rebuild()
+            self.close_build_seconds = time.perf_counter() - t0
+            return True
+        except Exception as exc:
+            log.warning("causalmem: could not build the index files of %s at close: %s", self.store.path, exc)
+            return False
 
     def read_seq(self) -> int | None:
         """The store's change counter; None when the backend has none or the database has never

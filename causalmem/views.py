@@ -105,8 +105,6 @@ class Views:
             store.close()
             raise
         self.own_rows = self.embedding.own_rows
-        #: seconds ``close`` spent building the views for the next open (``build_for_next_open``)
-        self.close_build_seconds = 0.0
         self.closed = False
         self.pid = os.getpid()
         register_open(self)  # closed at a normal interpreter exit, as close() would
@@ -180,27 +178,9 @@ class Views:
                      spawn=self.background.spawn)
 
     def build_for_next_open(self) -> bool:
-        """At close, when this process changed the store and a fresh process could not load every
-        view from ``<db>.idx/`` (no file, or one too far behind its journal: ``IndexFiles.needs_build``),
-        bring the views to the store's state here — from the files and journal when they serve, else
-        built from the database — so ``save_sidecars`` writes them. A writer that never searched
-        pays one build at close instead of every later reader paying it at open. True when it did."""
-        files = self.files
-        if not files.changed or files.dir is None or getattr(self.store, "read_only", False):
-            return False
-        try:
-            seq = files.read_seq()
-            if seq is None or not files.needs_build(seq):
-                return False
-            t0 = time.perf_counter()
-            self.tables()
-            if not self.projection.savable():
-                self.projection.rebuild()
-            self.close_build_seconds = time.perf_counter() - t0
-            return True
-        except Exception as exc:  # a build that fails leaves the files as they were: never fails close()
-            log.warning("causalmem: could not build the index files of %s at close: %s", self.store.path, exc)
-            return False
+        """At close: the views brought to the store's state for ``save_sidecars`` when a fresh process
+        could not load them from ``<db>.idx/`` (``IndexFiles.build_for_next_open``); never raises."""
+        return self.files.build_for_next_open(self.tables, self.projection)
 
     def release(self) -> None:
         """After close: drop the in-process views, so no map or descriptor of ``<db>.idx/`` outlives
@@ -219,27 +199,7 @@ class Views:
             self.follower.updates_seen = self.store.last_update_event()
             files = self.files
             seq = files.read_seq()  # before reading rows: the views can only be newer than seq
-            table, index = files.load_tables(seq)
-            if table is None or index is None:
-                fresh_table, fresh_index = ChunkTable(), BM25Index()
-                docs: list[tuple[int, str]] = []
-                for cols in self.store.chunk_columns(with_text=index is None):
-                    if table is None:
-                        fresh_table.load(cols)
-                    if index is None:
-                        assert cols.text is not None
-                        docs += [(n, t) for n, t, a in zip(cols.nid, cols.text, cols.alive) if a]
-                if docs:  # one batch: the postings are sorted once, not once per column batch
-                    fresh_index.add_many(docs)
-                del docs
-                if table is None:
-                    table = fresh_table
-                    files.dirty.add("chunks")
-                    files.rebuilt["chunks"] += 1
-                if index is None:
-                    index = fresh_index
-                    files.dirty.add("lexical")
-                    files.rebuilt["lexical"] += 1
+            table, index = files.open_tables(seq)
             self.chunks, self.lexical = table, index
             files.seq = seq
         return self.chunks, self.lexical
