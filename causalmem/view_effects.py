@@ -15,15 +15,11 @@ from typing import Any, Callable, Iterator, NamedTuple, Protocol, Sequence
 import numpy as np
 
 from . import sidecar
-from .chunks import ChunkTable
 from .embedding import OwnRows
-from .lexical import BM25Index
-from .metadata_filter import FilterCache
 from .store.base import text_hash
 from .types import Relation
-from .vector_index import UNKNOWN_HASH, VectorIndex
-from .view_files import IndexFiles
-from .view_sync import StoreFollower
+from .vector_index import UNKNOWN_HASH
+from .view_sync import IndexesHost, StoreFollower
 
 __all__ = ["AfterCommit", "EffectsHost", "Effects", "NewChunk", "NewEdge", "Scope"]
 
@@ -54,22 +50,13 @@ class NewEdge(NamedTuple):
     confidence: float
 
 
-class EffectsHost(Protocol):
+class EffectsHost(IndexesHost, Protocol):
     """What the after-commit effects patch (``Views``)."""
 
-    store: Any
     lock: Any
-    projection: Any
-    chunks: ChunkTable | None
-    lexical: BM25Index | None
-    vectors: VectorIndex | None
-    meta_cache: FilterCache
-    files: IndexFiles
     follower: StoreFollower
     own_rows: OwnRows
     embed_queued: bool
-
-    def reset_embedded_mark(self) -> None: ...
 
 
 class AfterCommit:

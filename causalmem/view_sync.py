@@ -22,11 +22,12 @@ from .types import Relation
 from .vector_index import VectorIndex, decode_rows
 from .view_files import IndexFiles, columns_of
 
-__all__ = ["StoreFollower", "SyncHost"]
+__all__ = ["IndexesHost", "StoreFollower", "SyncHost"]
 
 
-class SyncHost(Protocol):
-    """What following the store reads and patches of its host (``Views``)."""
+class IndexesHost(Protocol):
+    """The in-process indexes of a ``Views`` that following the store and the after-commit
+    effects both patch."""
 
     store: Any
     projection: Any
@@ -35,9 +36,14 @@ class SyncHost(Protocol):
     vectors: VectorIndex | None
     meta_cache: FilterCache
     files: IndexFiles
-    vector_view: Any
 
     def reset_embedded_mark(self) -> None: ...
+
+
+class SyncHost(IndexesHost, Protocol):
+    """What following the store reads and patches of its host (``Views``)."""
+
+    vector_view: Any
 
     def queue_changed(self) -> None: ...
 

@@ -243,13 +243,11 @@ def _subprocess_env():
     return dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
 
-def test_cli_search_uses_the_semantic_channel_by_default(tmp_path):
+def _cli_on(db):
+    """``cli(*args)``: the command line on ``db`` in a subprocess; its stdout, asserting success."""
     import subprocess
     import sys
 
-    db = tmp_path / "cli.db"
-    with _boss_store(db) as m:
-        assert "Tomás" in m.search("who is my boss?")[0].text  # Python's default
     env = _subprocess_env()
 
     def cli(*args):
@@ -258,6 +256,14 @@ def test_cli_search_uses_the_semantic_channel_by_default(tmp_path):
         assert out.returncode == 0, out.stderr
         return out.stdout
 
+    return cli
+
+
+def test_cli_search_uses_the_semantic_channel_by_default(tmp_path):
+    db = tmp_path / "cli.db"
+    with _boss_store(db) as m:
+        assert "Tomás" in m.search("who is my boss?")[0].text  # Python's default
+    cli = _cli_on(db)
     assert "Tomás" in cli("search", "who is my boss?").splitlines()[0]
     assert "(no match)" in cli("search", "who is my boss?", "--no-semantic")
 
@@ -303,17 +309,7 @@ def test_polarity_covers_operational_phrasing_and_negation():
 
 def _readme_caching_store(db):
     """The README's command-line example: one decision, a caused and a prevented outcome."""
-    import subprocess
-    import sys
-
-    env = _subprocess_env()
-
-    def cli(*args):
-        out = subprocess.run([sys.executable, "-m", "causalmem", "--db", str(db), *args], capture_output=True,
-                             text=True, env=env, timeout=180)
-        assert out.returncode == 0, out.stderr
-        return out.stdout
-
+    cli = _cli_on(db)
     cli("record", "enable caching", "faster response", "--confidence", "0.8")
     cli("record", "enable caching", "timeout errors", "--relation", "prevented", "--confidence", "0.85")
     return cli
