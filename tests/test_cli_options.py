@@ -39,7 +39,11 @@ def test_verbose_levels_log_to_stderr_and_quiet_silences(tmp_path):
 
     debug = run("--db", str(tmp_path / "b.db"), "search-causal", "enable caching", "-vv")
     assert debug.returncode == 0, debug.stderr
-    assert "DEBUG causalmem: graph loaded from its sidecar" in debug.stderr
+    if os.environ.get("CAUSALMEM_TEST_BACKEND") == "postgres":
+        # the suite's PostgreSQL pass maps the path to a schema: no index files, the graph is built
+        assert "DEBUG causalmem: graph rebuilt (3 nodes, 1 edges)" in debug.stderr
+    else:
+        assert "DEBUG causalmem: graph loaded from its sidecar" in debug.stderr
     assert "faster response" in debug.stdout
 
     quiet = run("-q", "--db", str(tmp_path / "c.db"), "record", "enable caching", "faster response")
