@@ -513,6 +513,14 @@ class OnnxEmbedder:
                 self._pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="causalmem-onnx")
             return self._pool
 
+    def stop_helpers(self) -> None:
+        """Stop the helper threads of multi-part encodes (a later encode starts them again): called
+        by the ``Memory`` that made this embedder when it closes, so no thread of it outlives ``close``."""
+        with self._init_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         texts = check_texts(texts)
         if not texts:

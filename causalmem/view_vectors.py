@@ -128,6 +128,14 @@ class VectorView:
         """The embedder if it was resolved already (never resolves nor loads)."""
         return self._embedder
 
+    def release(self) -> None:
+        """After close: drop the vector index; an embedder this view made from a name (``"auto"``)
+        stops its helper threads (one passed in by the caller is the caller's, maybe shared: left alone)."""
+        self.index = None
+        stop = getattr(self._embedder, "stop_helpers", None)
+        if isinstance(self._embedder_spec, str) and callable(stop):
+            stop()
+
     def stop_query_thread(self, timeout: float | None = None) -> None:
         with self._qpool_lock:
             pool, self._qpool = self._qpool, None

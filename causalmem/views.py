@@ -186,7 +186,7 @@ class Views:
         """After close: drop the in-process views, so no map or descriptor of ``<db>.idx/`` outlives
         ``close`` while the caller keeps the ``Memory`` (their arrays map the files copy-on-write)."""
         self.chunks = self.lexical = None
-        self.vector_view.index = None
+        self.vector_view.release()
         self.projection.release()
         self.meta_cache.clear()
 
