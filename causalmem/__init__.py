@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover  (type checkers see every public name with its real type)
     from ._kernels import HAVE_EXTENSION
     from .config import CAUSAL, PEDSA, Config, SpreadParams
-    from .errors import CausalMemError, ConfigurationError, LLMError, SchemaVersionError, StoreError
+    from .errors import (CausalMemError, ConfigurationError, LLMError, PurgeIncompleteError, SchemaVersionError,
+                         StoreError)
     from .graph import CausalGraph
     from .judges import Distiller, Judge, LLMDistiller, LLMJudge, RuleJudge
     from .async_memory import AsyncMemory
@@ -47,6 +48,7 @@ _EXPORTS = {
     "CausalMemError": "causalmem.errors",
     "SchemaVersionError": "causalmem.errors",
     "StoreError": "causalmem.errors",
+    "PurgeIncompleteError": "causalmem.errors",
     "LLMError": "causalmem.errors",
     "ConfigurationError": "causalmem.errors",
     # facade and pipeline
@@ -64,7 +66,8 @@ _EXPORTS = {
 __all__ = [
     "Activation", "AsyncMemory", "CAUSAL", "CSR", "CausalGraph", "CausalMemError", "Chunk", "Config",
     "ConfigurationError", "Distiller", "Edge", "Embedder", "HAVE_EXTENSION", "Hit", "InterventionReport", "Judge",
-    "LLMDistiller", "LLMError", "LLMJudge", "Memory", "PEDSA", "PredictedOutcome", "Relation", "RuleJudge",
+    "LLMDistiller", "LLMError", "LLMJudge", "Memory", "PEDSA", "PredictedOutcome", "PurgeIncompleteError",
+    "Relation", "RuleJudge",
     "SchemaVersionError", "SentenceTransformerEmbedder", "SleepReport", "SpreadParams", "StoreError",
     "spread", "__version__",
 ]

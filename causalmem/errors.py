@@ -19,6 +19,20 @@ class StoreError(CausalMemError):
     """The database file cannot be opened or is not a causalmem/SQLite database."""
 
 
+class PurgeIncompleteError(StoreError):
+    """A purge committed (the scope's rows are gone) but the compaction after it failed (the disk full,
+    a lock): deleted bytes may remain in the store's free space until a later purge compacts.
+    ``purged``: how many chunks the committed purge removed."""
+
+    def __init__(self, purged: int, path: str, cause: str) -> None:
+        self.purged = purged
+        super().__init__(
+            f"purged {purged} chunk(s) of the scope from {path!r}: committed, no search, export or index "
+            f"returns them; but compacting the store afterwards failed ({cause}), so their deleted bytes may "
+            "remain in its free space. Call delete_all(..., purge=True) again (the same, now empty, scope is "
+            "enough) when the store has room: it compacts again")
+
+
 class RetryableStoreError(StoreError):
     """The server rolled a whole transaction back (deadlock, serialization failure): the public
     call is run again by the facade; a caller sees it only after every retry failed."""

@@ -192,11 +192,11 @@ class Memory:
                    run_id: str | None = None, purge: bool = False) -> int:
         """Delete every chunk of a scope (at least one scope filter is required); returns how many.
 
-        By default a soft delete: hidden from every query, kept in ``history``. ``purge=True`` is
-        the right-to-be-forgotten path: the texts and everything derived from them (edges,
-        co-occurrence, facts, vectors, history, also of chunks soft-deleted before) leave every
-        table, then the file is rewritten (``VACUUM``, write-ahead log emptied, freed pages zeroed)
-        so the bytes are gone from the disk; ``get``/``history`` then raise ``KeyError``."""
+        By default a soft delete: hidden from every query, kept in ``history``. ``purge=True``, the right
+        to be forgotten: the texts and everything derived from them (edges, co-occurrence, facts, vectors,
+        history, also of chunks soft-deleted before) leave every table, then the file is rewritten (``VACUUM``,
+        write-ahead log emptied, freed pages zeroed) so the bytes are gone from the disk; ``get``/``history``
+        then raise ``KeyError`` (``PurgeIncompleteError``: rows gone, rewrite failed; call again to rewrite)."""
         scope = w.check_scope(user_id, agent_id, run_id)
         if not isinstance(purge, bool):
             raise TypeError(f"purge must be True or False, got {type(purge).__name__}")

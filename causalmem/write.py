@@ -18,6 +18,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from . import ingest, learning
+from .errors import PurgeIncompleteError, StoreError
 from .judges import MAX_DISTILLED_ITEMS, validate_distilled
 from .store.base import ChunkRow, EdgeRow
 from .types import SOURCES_CONFIDENCE, AddResult, Chunk, Edge, Relation, new_edge, to_timestamp
@@ -418,7 +419,12 @@ def delete_all(views: Views, scope: Scope, *, purge: bool) -> int:
             n = purge_scope(views, fx, filters) if purge else delete_scope(views, fx, filters)
     if purge:
         with views.lock:
-            if not views.store.compact():
+            try:
+                compacted = views.store.compact()
+            except StoreError as exc:  # the purge above is committed: say so, not "nothing was saved"
+                cause = str(exc).replace("; nothing of this call was saved", "")
+                raise PurgeIncompleteError(n, str(views.store.path), cause) from exc
+            if not compacted:
                 log.warning("causalmem: %s: purged, but another connection kept the write-ahead log in use; "
                             "the freed pages are zeroed, the log is emptied at its next checkpoint", views.store.path)
     return n
