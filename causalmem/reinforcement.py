@@ -77,6 +77,7 @@ class Reinforcement:
         self.flusher: Flusher | None = Flusher(self, spawn=spawn) if hasattr(self.store, "writer_twin") else None
         self.off: str | None = "the database was opened read-only" if self.store.read_only else None
         self._off_logged = False
+        self._deferred_here = 0  # flushes without waiting that found the write lock taken (kept queued)
 
     # ------------------------------------------------------------------ queueing
     def queue(self, nids: Sequence[int], scores: Mapping[int, float] | None = None) -> None:
@@ -173,9 +174,16 @@ class Reinforcement:
                 self.turn_off(f"the database is read-only ({msg})")
                 return 0
             if not wait and "locked" in msg:
+                self._deferred_here += 1
                 return 0
             raise
         return n
+
+    @property
+    def deferred(self) -> int:
+        """Writes of the queue the store refused for now (busy, disk full ...), the queue kept, ever:
+        the flusher thread's (a server backend) and the non-waiting flushes' (``stats()["reinforce_deferred"]``)."""
+        return self._deferred_here + (self.flusher.deferred if self.flusher is not None else 0)
 
     def drop(self, why: str) -> None:
         """Drop what is queued (``close`` when the file refuses the write), with a log line."""

@@ -799,4 +799,6 @@ def stats(views: Views, filters: Mapping[str, str]) -> dict[str, Any]:
         c["embedder"] = views.embedder_name
         # searches whose access counts were dropped because the writer stayed busy (queue full)
         c["reinforce_dropped"] = views.reinforce_dropped
+        # writes of queued reinforcement the store refused for now (the queue kept for the next write)
+        c["reinforce_deferred"] = views.reinforcement.deferred
         return c

@@ -158,3 +158,31 @@ def test_dropping_searches_that_carried_links_takes_their_links_out_of_the_proje
         pair = tuple(sorted((m._store.nid_of(a), m._store.nid_of(b))))
         row = m._store.cooccurrence_row(*pair)
         assert row is not None and row[3] == QUEUE_MAX  # the kept searches' credits, not the dropped one's
+
+
+@pytest.mark.timeout(120)
+def test_a_refused_write_of_the_queue_is_counted_as_deferred_and_the_queue_kept(target):
+    """The store refusing the queue's write for now (the write lock held past the busy timeout) is
+    counted in ``stats()["reinforce_deferred"]``; the searches stay queued and reach the store later."""
+    cfg = Config(reinforce_queue_max=QUEUE_MAX, reinforce_batch=BATCH, reinforce_seconds=3600, busy_timeout_ms=200)
+    with Memory(target, embedder=None, config=cfg) as m:
+        m.record_many([("deploy without tests", "production crash"), ("enable caching", "faster response")])
+        query = dict(query="deploy without tests", top_k=2, channels=("lexical", "graph"))
+        want = [h.id for h in m.search(**query, reinforce=False)]
+        before = _access_counts(m)
+        assert m.stats()["reinforce_deferred"] == 0
+        flusher = m._views.reinforcement.flusher
+        with _write_lock_held(m, target):
+            for _ in range(BATCH):
+                m.search(**query)
+            if flusher is not None:  # PostgreSQL: the flusher thread's write times out on the lock
+                with m._views.lock:
+                    while flusher.deferred == 0:
+                        flusher.cond.wait(0.05)
+            deferred = m.stats()["reinforce_deferred"]
+            assert deferred >= 1
+            assert m.stats()["reinforce_dropped"] == 0  # deferred, not dropped
+        m.flush()
+        after = _access_counts(m)
+        assert {c for c in after if after[c] != before[c]} == set(want)
+        assert all(after[c] - before[c] == BATCH for c in want)
