@@ -174,7 +174,6 @@ def test_the_record_is_real_mem0_offline():
     assert set(RECORD["stores"]) == {"qdrant", "faiss"}
 
 
-@pytest.mark.xfail(strict=True, reason="mem0's threshold gates the semantic similarity, the adapter's gated the fused score")
 def test_default_threshold_on_a_relevant_and_an_unrelated_query(ours):
     mine, theirs = ours["threshold"], MEM0["threshold"]
     assert mine["relevant_default"] == theirs["relevant_default"]  # the same memories, in the same order

@@ -17,15 +17,19 @@ and ``AND``/``OR``/``NOT`` lists).
 
 ``score`` is causalmem's fused search score (docs/python.md, "Scores") brought to mem0's [0, 1]: as it
 is when the search's best is <= 1, else divided by the best (graph support and rewarded memories pass 1;
-a clip would tie them), so order and distinct values are kept; ``threshold`` applies to this value.
-Higher is more relevant; 0 means "in scope but matched nothing better than a typical non-match".
+a clip would tie them), so order and distinct values are kept. Higher is more relevant; 0 means "in
+scope but matched nothing better than a typical non-match". ``threshold`` gates each hit's semantic
+similarity (the cosine of query and memory), as mem0 gates its semantic score before mixing in keywords:
+with the same embedding model, the same memories pass (``tests/test_mem0_side_by_side.py``). Without the
+semantic channel (``embedder=None``) it gates ``score``.
 
-Where mem0 2.x and causalmem's core differ, this adapter follows mem0: ``search`` drops hits scoring
-under ``threshold`` (default 0.1, mem0's); ``search`` and ``get_all`` without any user_id, agent_id or
-run_id raise mem0's ValueError instead of reading every user's memories; user_id / agent_id / run_id /
-actor_id inside ``metadata`` are dropped with a warning (scope comes from the id arguments only); a
-metadata-only ``update`` writes an UPDATE history entry (old text == new text); ``get`` has
-``score: None``; ``top_k=0`` returns nothing; ``rerank=True`` is ignored (no reranker to configure).
+Where mem0 2.x and causalmem's core differ, this adapter follows mem0: ``search`` drops hits whose
+similarity to the query is under ``threshold`` (default 0.1, mem0's); ``search`` and ``get_all``
+without any user_id, agent_id or run_id raise mem0's ValueError instead of reading every user's
+memories; user_id / agent_id / run_id / actor_id inside ``metadata`` are dropped with a warning (scope
+comes from the id arguments only); a metadata-only ``update`` writes an UPDATE history entry (old text
+== new text); ``get`` has ``score: None``; ``top_k=0`` returns nothing; ``rerank=True`` is ignored (no
+reranker to configure).
 
 No LLM is needed: ``infer`` defaults to False unless the memory has a distiller (``llm`` in
 ``from_config``), and then to True, mem0's default. No mem0 package is needed either.
@@ -373,8 +377,9 @@ class Memory:
                explain: bool = False) -> dict[str, Any]:
         """Hybrid search (lexical + semantic + graph): ``{"results": [{..., "score": 0..1}]}``, best first.
 
-        As mem0: ``threshold`` defaults to 0.1 (``None`` means the default; pass 0 to see every hit in
-        scope), ``top_k=0`` returns no results, ``rerank`` is accepted and ignored (there is no reranker
+        As mem0: ``threshold`` (default 0.1; ``None`` means the default) gates each hit's cosine similarity
+        to the query (its ``score`` without a semantic channel); pass 0 to see every hit with a non-negative
+        similarity, ``top_k=0`` returns no results, ``rerank`` is accepted and ignored (there is no reranker
         to configure; causalmem's fusion already ranks), and a call without user_id, agent_id or run_id
         (arguments or ``filters``) is a ValueError."""
         scope, meta = _split_filters(filters, user_id, agent_id, run_id)
@@ -392,11 +397,13 @@ class Memory:
         if n == 0:
             return {"results": []}
         self.memory.wait_embedded()  # mem0 embeds on add: a search sees every vector written before it
+        # explain: each hit's cosine, which the threshold gates (mem0 gates its semantic score, not its mix)
         hits = self.memory.search(query, top_k=min(n, self.memory.config.max_top_k), metadata=meta,
-                                  explain=explain, **scope)
+                                  explain=True, **scope)
         out = []
         for h, s in zip(hits, unit_scores([h.score for h in hits])):
-            if s < threshold:
+            cosine = (h.signals or {}).get("cosine")
+            if (s if cosine is None else cosine) < threshold:
                 continue
             item = _item(h, h.metadata, score=s)
             item["updated_at"] = _iso(self._updated_at(h.id, h.created_at))
