@@ -26,10 +26,10 @@ semantic channel (``embedder=None``) it gates ``score``.
 Where mem0 2.x and causalmem's core differ, this adapter follows mem0: ``search`` drops hits whose
 similarity to the query is under ``threshold`` (default 0.1, mem0's); ``search`` and ``get_all``
 without any user_id, agent_id or run_id raise mem0's ValueError instead of reading every user's
-memories; user_id / agent_id / run_id / actor_id inside ``metadata`` are dropped with a warning (scope
-comes from the id arguments only); a metadata-only ``update`` writes an UPDATE history entry (old text
-== new text); ``get`` has ``score: None``; ``top_k=0`` returns nothing; ``rerank=True`` is ignored (no
-reranker to configure).
+memories, and ``add`` without any raises mem0's ``ValidationError``; user_id / agent_id / run_id /
+actor_id inside ``metadata`` are dropped with a warning (scope comes from the id arguments only); a
+metadata-only ``update`` writes an UPDATE history entry (old text == new text); ``get`` has ``score:
+None``; ``top_k=0`` returns nothing; ``rerank=True`` is ignored (no reranker to configure).
 
 No LLM is needed: ``infer`` defaults to False unless the memory has a distiller (``llm`` in
 ``from_config``), and then to True, mem0's default. No mem0 package is needed either.
@@ -52,7 +52,7 @@ from ..async_memory import AsyncMemory as _AsyncCore
 from ..retrieval import unit_scores
 from ._learning import check_many, check_reward, live_chunk, one_scope
 
-__all__ = ["Memory", "AsyncMemory"]
+__all__ = ["Memory", "AsyncMemory", "ValidationError"]
 
 logger = logging.getLogger("causalmem")
 
@@ -65,6 +65,18 @@ _MEM0_OPS = {"eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "contains", "ico
 _PROMOTED = ("role", "actor_id")
 # mem0's feedback values (its platform client's ``feedback``) as causalmem rewards in [-1, 1]
 FEEDBACK_REWARDS = {"POSITIVE": 1.0, "NEGATIVE": -0.5, "VERY_NEGATIVE": -1.0}
+
+
+class ValidationError(ValueError):
+    """mem0's ``mem0.exceptions.ValidationError`` (``Mem0ValidationError`` in its code): the same name,
+    message and ``error_code`` / ``details`` / ``suggestion`` attributes. Unlike mem0's it is also a
+    ValueError, as every other argument error of this adapter is."""
+
+    def __init__(self, message: str, error_code: str, details: Mapping[str, Any] | None = None,
+                 suggestion: str | None = None) -> None:
+        self.message, self.error_code, self.suggestion = message, error_code, suggestion
+        self.details = dict(details or {})
+        super().__init__(message)
 
 
 def _iso(ts: float | None) -> str | None:
@@ -267,6 +279,10 @@ class Memory:
         if prompt is not None:
             raise ValueError("prompt is not supported: causalmem's distiller has its own instructions")
         scope, _ = _split_filters(None, user_id, agent_id, run_id)
+        if all(v is None for v in scope.values()):  # mem0 2.x's error, word for word
+            raise ValidationError("At least one of 'user_id', 'agent_id', or 'run_id' must be provided.",
+                                  "VALIDATION_001", {"provided_ids": scope},
+                                  "Please provide at least one identifier to scope the memory operation.")
         if metadata is not None:
             metadata = _strip_identity(_check_mapping(metadata, "metadata"), "add()")
         if isinstance(messages, str):
