@@ -161,8 +161,10 @@ def _count(top_k: Any, limit: Any, default: int) -> int:
     if top_k is not None and limit is not None and top_k != limit:
         raise ValueError(f"top_k ({top_k!r}) and limit ({limit!r}) disagree; pass one of them")
     n = top_k if top_k is not None else limit if limit is not None else default
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"top_k/limit must be a non-negative integer, got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, int):  # mem0 2.x's messages
+        raise ValueError(f"top_k must be a valid integer, got {n!r}")
+    if n < 0:
+        raise ValueError(f"Invalid top_k: {n}. Must be a non-negative integer.")
     return n
 
 
@@ -317,7 +319,8 @@ class Memory:
             raise ValueError("pass the new text as data or as text, not both")
         new_text = text if text is not None else data
         if new_text is None and metadata is None:
-            raise ValueError("update needs data (the new text) or metadata")
+            # mem0's message, less its expiration_date (not supported here)
+            raise ValueError("At least one of text or metadata must be provided.")
         chunk = self._require(memory_id)
         if metadata is not None:
             metadata = _strip_identity(_check_mapping(metadata, "metadata"), "update()")
@@ -403,9 +406,10 @@ class Memory:
         n = _count(top_k, limit, 100)
         if threshold is None:
             threshold = DEFAULT_THRESHOLD
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
-                or not 0.0 <= float(threshold) <= 1.0:
-            raise ValueError(f"threshold must be a number in [0, 1], got {threshold!r}")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):  # mem0 2.x's messages
+            raise ValueError(f"threshold must be a valid number, got {threshold!r}")
+        if not 0.0 <= float(threshold) <= 1.0:
+            raise ValueError(f"Invalid threshold: {threshold}. Must be between 0 and 1 (inclusive).")
         if not isinstance(rerank, bool):
             raise TypeError(f"rerank must be True or False, got {type(rerank).__name__}")
         if not isinstance(query, str) or not query.strip():
