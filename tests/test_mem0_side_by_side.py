@@ -231,7 +231,6 @@ def test_top_k_zero(ours):
     assert mine["get_all_top_k_0"] == {"results": []}
 
 
-@pytest.mark.xfail(strict=True, reason="default top_k was 100, mem0's is 20")
 def test_default_number_of_results(ours):
     assert ours["defaults"] == MEM0["defaults"]
 

@@ -29,7 +29,17 @@ without any user_id, agent_id or run_id raise mem0's ValueError instead of readi
 memories, and ``add`` without any raises mem0's ``ValidationError``; user_id / agent_id / run_id /
 actor_id inside ``metadata`` are dropped with a warning (scope comes from the id arguments only); a
 metadata-only ``update`` writes an UPDATE history entry (old text == new text); ``get`` has ``score:
-None``; ``top_k=0`` returns nothing; ``rerank=True`` is ignored (no reranker to configure).
+None``; ``top_k`` defaults to 20 (mem0 2.x's) in ``search`` and ``get_all``, and ``top_k=0`` returns
+nothing; ``rerank=True`` is ignored (no reranker to configure). ``tests/test_mem0_side_by_side.py``
+compares these with a record of real mem0ai 2.2.1 (``benchmarks/mem0_record.py``).
+
+Intended differences from mem0 2.2.1: ``search`` / ``get_all`` take ``user_id=`` (etc.) as keyword
+arguments, mem0 0.x's style, where mem0 2.x refuses them; ``get_all(top_k=0)`` returns nothing (mem0
+2.2.1 returns one memory); ``ValidationError`` is also a ValueError; ``expiration_date`` and
+``timestamp`` are not supported. ``Memory()``'s default embedder is the same model on ONNX Runtime in
+int8 (where the ``[onnx]`` extra is installed), whose cosines are within about 0.01 of mem0's
+sentence-transformers ones: a memory that close to ``threshold`` may land on the other side of it.
+``embedder="torch"`` (or mem0's ``huggingface`` embedder config) gives mem0's values.
 
 No LLM is needed: ``infer`` defaults to False unless the memory has a distiller (``llm`` in
 ``from_config``), and then to True, mem0's default. No mem0 package is needed either.
@@ -61,6 +71,7 @@ _IDENTITY = (*_SCOPE, "actor_id")  # mem0 drops these from caller metadata: scop
 _NO_SCOPE = ("filters must contain at least one of: user_id, agent_id, run_id. "
              "Example: filters={'user_id': 'u1'}")  # mem0 2.x's ValueError, word for word
 DEFAULT_THRESHOLD = 0.1  # mem0's default for search()
+DEFAULT_TOP_K = 20  # mem0 2.x's default for search() and get_all()
 _MEM0_OPS = {"eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "contains", "icontains"}
 _PROMOTED = ("role", "actor_id")
 # mem0's feedback values (its platform client's ``feedback``) as causalmem rewards in [-1, 1]
@@ -384,7 +395,7 @@ class Memory:
         a call without user_id, agent_id or run_id (arguments or ``filters``) is a ValueError."""
         scope, meta = _split_filters(filters, user_id, agent_id, run_id)
         _require_scope(scope)
-        n = _count(top_k, limit, 100)
+        n = _count(top_k, limit, DEFAULT_TOP_K)
         if n == 0:
             return {"results": []}
         chunks = self.memory.get_all({k: v for k, v in scope.items() if v is not None}, limit=n, metadata=meta)
@@ -403,7 +414,7 @@ class Memory:
         (arguments or ``filters``) is a ValueError."""
         scope, meta = _split_filters(filters, user_id, agent_id, run_id)
         _require_scope(scope)
-        n = _count(top_k, limit, 100)
+        n = _count(top_k, limit, DEFAULT_TOP_K)
         if threshold is None:
             threshold = DEFAULT_THRESHOLD
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):  # mem0 2.x's messages
