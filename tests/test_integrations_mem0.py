@@ -124,6 +124,7 @@ def test_scores_threshold_limits_and_validation(m):
     res = m.search("postgres database", user_id="u")["results"]
     assert res[0]["memory"] == "the staging database runs postgres 16"
     assert all(0.0 <= r["score"] <= 1.0 for r in res)
+    # embedder=None: no cosine to gate, so threshold gates the score (with one, the cosine: test_threshold_gates_the_cosine_*)
     high = m.search("postgres database", user_id="u", threshold=0.99)["results"]
     assert all(r["score"] >= 0.99 for r in high)
     assert len(m.search("postgres database", user_id="u", top_k=1)["results"]) == 1
@@ -322,7 +323,7 @@ async def _async_confirm(m: Memory, ids: list[str]) -> dict:
 
 # ---------------------------------------------------------------------------- mem0 2.x behaviour, side by side
 # What mem0 2.x (mem0ai 2.2.1, ``mem0/memory/main.py``) does, as its docstrings and code say:
-# * ``search(threshold=0.1)``: results scoring under 0.1 are dropped by default;
+# * ``search(threshold=0.1)``: results whose semantic score (cosine) is under 0.1 are dropped by default;
 # * identity keys (user_id / agent_id / run_id / actor_id) inside ``add(metadata=...)`` are dropped
 #   (scope comes from the id arguments only);
 # * ``search`` / ``get_all`` whose filters hold no user_id, agent_id or run_id raise ValueError
@@ -344,13 +345,20 @@ def food(tmp_path_factory):
     mem.close()
 
 
+def test_threshold_gates_the_cosine_not_the_fused_score(food):
+    shown = food.search("food", filters={"user_id": "alex"}, threshold=0.2, explain=True)["results"]
+    assert shown and all(r["score_details"]["cosine"] >= 0.2 for r in shown)
+    every = food.search("food", filters={"user_id": "alex"}, threshold=0.0, explain=True)["results"]
+    below = [r["memory"] for r in every if r["score_details"]["cosine"] < 0.2]
+    assert below and not set(below) & {r["memory"] for r in shown}
+
+
 def test_default_threshold_is_mem0s_on_a_relevant_and_an_unrelated_query(food):
     everything = food.search("food", filters={"user_id": "alex"}, threshold=0.0)["results"]
     assert len(everything) == 5  # every fact is in scope; the default threshold decides what is shown
     default = [r["memory"] for r in food.search("food", filters={"user_id": "alex"})["results"]]
     assert set(default) == {"I love eating sushi and ramen", "I'm allergic to peanuts",
                             "My favourite dessert is chocolate cake"}
-    assert all(r["score"] >= 0.1 for r in food.search("food", filters={"user_id": "alex"})["results"])
     assert food.search("quantum chromodynamics lattice", filters={"user_id": "alex"})["results"] == []
     assert food.search("quantum chromodynamics lattice", filters={"user_id": "alex"},
                        threshold=None)["results"] == []  # None is mem0's default too

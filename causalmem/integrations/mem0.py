@@ -17,15 +17,29 @@ and ``AND``/``OR``/``NOT`` lists).
 
 ``score`` is causalmem's fused search score (docs/python.md, "Scores") brought to mem0's [0, 1]: as it
 is when the search's best is <= 1, else divided by the best (graph support and rewarded memories pass 1;
-a clip would tie them), so order and distinct values are kept; ``threshold`` applies to this value.
-Higher is more relevant; 0 means "in scope but matched nothing better than a typical non-match".
+a clip would tie them), so order and distinct values are kept. Higher is more relevant; 0 means "in
+scope but matched nothing better than a typical non-match". ``threshold`` gates each hit's semantic
+similarity (the cosine of query and memory), as mem0 gates its semantic score before mixing in keywords:
+with the same embedding model, the same memories pass (``tests/test_mem0_side_by_side.py``). Without the
+semantic channel (``embedder=None``) it gates ``score``.
 
-Where mem0 2.x and causalmem's core differ, this adapter follows mem0: ``search`` drops hits scoring
-under ``threshold`` (default 0.1, mem0's); ``search`` and ``get_all`` without any user_id, agent_id or
-run_id raise mem0's ValueError instead of reading every user's memories; user_id / agent_id / run_id /
+Where mem0 2.x and causalmem's core differ, this adapter follows mem0: ``search`` drops hits whose
+similarity to the query is under ``threshold`` (default 0.1, mem0's); ``search`` and ``get_all``
+without any user_id, agent_id or run_id raise mem0's ValueError instead of reading every user's
+memories, and ``add`` without any raises mem0's ``ValidationError``; user_id / agent_id / run_id /
 actor_id inside ``metadata`` are dropped with a warning (scope comes from the id arguments only); a
-metadata-only ``update`` writes an UPDATE history entry (old text == new text); ``get`` has
-``score: None``; ``top_k=0`` returns nothing; ``rerank=True`` is ignored (no reranker to configure).
+metadata-only ``update`` writes an UPDATE history entry (old text == new text); ``get`` has ``score:
+None``; ``top_k`` defaults to 20 (mem0 2.x's) in ``search`` and ``get_all``, and ``top_k=0`` returns
+nothing; ``rerank=True`` is ignored (no reranker to configure). ``tests/test_mem0_side_by_side.py``
+compares these with a record of real mem0ai 2.2.1 (``benchmarks/mem0_record.py``).
+
+Intended differences from mem0 2.2.1: ``search`` / ``get_all`` take ``user_id=`` (etc.) as keyword
+arguments, mem0 0.x's style, where mem0 2.x refuses them; ``get_all(top_k=0)`` returns nothing (mem0
+2.2.1 returns one memory); ``ValidationError`` is also a ValueError; ``expiration_date`` and
+``timestamp`` are not supported. ``Memory()``'s default embedder is the same model on ONNX Runtime in
+int8 (where the ``[onnx]`` extra is installed), whose cosines are within about 0.01 of mem0's
+sentence-transformers ones: a memory that close to ``threshold`` may land on the other side of it.
+``embedder="torch"`` (or mem0's ``huggingface`` embedder config) gives mem0's values.
 
 No LLM is needed: ``infer`` defaults to False unless the memory has a distiller (``llm`` in
 ``from_config``), and then to True, mem0's default. No mem0 package is needed either.
@@ -48,7 +62,7 @@ from ..async_memory import AsyncMemory as _AsyncCore
 from ..retrieval import unit_scores
 from ._learning import check_many, check_reward, live_chunk, one_scope
 
-__all__ = ["Memory", "AsyncMemory"]
+__all__ = ["Memory", "AsyncMemory", "ValidationError"]
 
 logger = logging.getLogger("causalmem")
 
@@ -57,10 +71,23 @@ _IDENTITY = (*_SCOPE, "actor_id")  # mem0 drops these from caller metadata: scop
 _NO_SCOPE = ("filters must contain at least one of: user_id, agent_id, run_id. "
              "Example: filters={'user_id': 'u1'}")  # mem0 2.x's ValueError, word for word
 DEFAULT_THRESHOLD = 0.1  # mem0's default for search()
+DEFAULT_TOP_K = 20  # mem0 2.x's default for search() and get_all()
 _MEM0_OPS = {"eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "contains", "icontains"}
 _PROMOTED = ("role", "actor_id")
 # mem0's feedback values (its platform client's ``feedback``) as causalmem rewards in [-1, 1]
 FEEDBACK_REWARDS = {"POSITIVE": 1.0, "NEGATIVE": -0.5, "VERY_NEGATIVE": -1.0}
+
+
+class ValidationError(ValueError):
+    """mem0's ``mem0.exceptions.ValidationError`` (``Mem0ValidationError`` in its code): the same name,
+    message and ``error_code`` / ``details`` / ``suggestion`` attributes. Unlike mem0's it is also a
+    ValueError, as every other argument error of this adapter is."""
+
+    def __init__(self, message: str, error_code: str, details: Mapping[str, Any] | None = None,
+                 suggestion: str | None = None) -> None:
+        self.message, self.error_code, self.suggestion = message, error_code, suggestion
+        self.details = dict(details or {})
+        super().__init__(message)
 
 
 def _iso(ts: float | None) -> str | None:
@@ -145,8 +172,10 @@ def _count(top_k: Any, limit: Any, default: int) -> int:
     if top_k is not None and limit is not None and top_k != limit:
         raise ValueError(f"top_k ({top_k!r}) and limit ({limit!r}) disagree; pass one of them")
     n = top_k if top_k is not None else limit if limit is not None else default
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"top_k/limit must be a non-negative integer, got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, int):  # mem0 2.x's messages
+        raise ValueError(f"top_k must be a valid integer, got {n!r}")
+    if n < 0:
+        raise ValueError(f"Invalid top_k: {n}. Must be a non-negative integer.")
     return n
 
 
@@ -263,6 +292,10 @@ class Memory:
         if prompt is not None:
             raise ValueError("prompt is not supported: causalmem's distiller has its own instructions")
         scope, _ = _split_filters(None, user_id, agent_id, run_id)
+        if all(v is None for v in scope.values()):  # mem0 2.x's error, word for word
+            raise ValidationError("At least one of 'user_id', 'agent_id', or 'run_id' must be provided.",
+                                  "VALIDATION_001", {"provided_ids": scope},
+                                  "Please provide at least one identifier to scope the memory operation.")
         if metadata is not None:
             metadata = _strip_identity(_check_mapping(metadata, "metadata"), "add()")
         if isinstance(messages, str):
@@ -297,7 +330,8 @@ class Memory:
             raise ValueError("pass the new text as data or as text, not both")
         new_text = text if text is not None else data
         if new_text is None and metadata is None:
-            raise ValueError("update needs data (the new text) or metadata")
+            # mem0's message, less its expiration_date (not supported here)
+            raise ValueError("At least one of text or metadata must be provided.")
         chunk = self._require(memory_id)
         if metadata is not None:
             metadata = _strip_identity(_check_mapping(metadata, "metadata"), "update()")
@@ -361,7 +395,7 @@ class Memory:
         a call without user_id, agent_id or run_id (arguments or ``filters``) is a ValueError."""
         scope, meta = _split_filters(filters, user_id, agent_id, run_id)
         _require_scope(scope)
-        n = _count(top_k, limit, 100)
+        n = _count(top_k, limit, DEFAULT_TOP_K)
         if n == 0:
             return {"results": []}
         chunks = self.memory.get_all({k: v for k, v in scope.items() if v is not None}, limit=n, metadata=meta)
@@ -373,18 +407,20 @@ class Memory:
                explain: bool = False) -> dict[str, Any]:
         """Hybrid search (lexical + semantic + graph): ``{"results": [{..., "score": 0..1}]}``, best first.
 
-        As mem0: ``threshold`` defaults to 0.1 (``None`` means the default; pass 0 to see every hit in
-        scope), ``top_k=0`` returns no results, ``rerank`` is accepted and ignored (there is no reranker
+        As mem0: ``threshold`` (default 0.1; ``None`` means the default) gates each hit's cosine similarity
+        to the query (its ``score`` without a semantic channel); pass 0 to see every hit with a non-negative
+        similarity, ``top_k=0`` returns no results, ``rerank`` is accepted and ignored (there is no reranker
         to configure; causalmem's fusion already ranks), and a call without user_id, agent_id or run_id
         (arguments or ``filters``) is a ValueError."""
         scope, meta = _split_filters(filters, user_id, agent_id, run_id)
         _require_scope(scope)
-        n = _count(top_k, limit, 100)
+        n = _count(top_k, limit, DEFAULT_TOP_K)
         if threshold is None:
             threshold = DEFAULT_THRESHOLD
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
-                or not 0.0 <= float(threshold) <= 1.0:
-            raise ValueError(f"threshold must be a number in [0, 1], got {threshold!r}")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):  # mem0 2.x's messages
+            raise ValueError(f"threshold must be a valid number, got {threshold!r}")
+        if not 0.0 <= float(threshold) <= 1.0:
+            raise ValueError(f"Invalid threshold: {threshold}. Must be between 0 and 1 (inclusive).")
         if not isinstance(rerank, bool):
             raise TypeError(f"rerank must be True or False, got {type(rerank).__name__}")
         if not isinstance(query, str) or not query.strip():
@@ -392,11 +428,13 @@ class Memory:
         if n == 0:
             return {"results": []}
         self.memory.wait_embedded()  # mem0 embeds on add: a search sees every vector written before it
+        # explain: each hit's cosine, which the threshold gates (mem0 gates its semantic score, not its mix)
         hits = self.memory.search(query, top_k=min(n, self.memory.config.max_top_k), metadata=meta,
-                                  explain=explain, **scope)
+                                  explain=True, **scope)
         out = []
         for h, s in zip(hits, unit_scores([h.score for h in hits])):
-            if s < threshold:
+            cosine = (h.signals or {}).get("cosine")
+            if (s if cosine is None else cosine) < threshold:
                 continue
             item = _item(h, h.metadata, score=s)
             item["updated_at"] = _iso(self._updated_at(h.id, h.created_at))
