@@ -496,9 +496,15 @@ def new_purge_token(directory: Path | None) -> bytes | None:
     token = os.urandom(16).hex().encode()
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".token.", suffix=".tmp", dir=directory)
-    with os.fdopen(fd, "wb") as f:
-        f.write(token)
-    os.replace(tmp, directory / TOKEN)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(token)
+        os.replace(tmp, directory / TOKEN)
+    except OSError:  # a full disk: no token at all is a change every holder of the old one notices too
+        for path in (Path(tmp), directory / TOKEN):
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise
     return token
 
 

@@ -323,7 +323,13 @@ class IndexFiles:
         directory goes, and a new purge token (see ``Views.purged``)."""
         sidecar.purge_files(self.dir)
         self.changed = True
-        self.purge_seen = sidecar.new_purge_token(self.dir)
+        try:
+            self.purge_seen = sidecar.new_purge_token(self.dir)
+        except OSError as exc:  # after the commit: the call succeeded; the token is gone, which every
+            # process holding the old one reads as a purge too (``new_purge_token``)
+            log.warning("causalmem: cannot write the purge token in %s after a purge (%s): removed instead",
+                        self.dir, exc)
+            self.purge_seen = None
         self.file_seq.clear()
         self.graph_saved = None
 

@@ -79,3 +79,4 @@ def test_a_purge_whose_rewrite_finds_the_disk_full_says_what_was_done(tmp_path):
             assert fresh.stats()["chunks"] == 2 * len(keep)
         with open(db, "rb") as fh:
             assert b"zq7731" not in fh.read()
+
