@@ -83,7 +83,7 @@ _ZH_MAX = max(len(w) for w in _ZH_WORDS)
 _ZH_SET = frozenset(_ZH_WORDS)
 
 _CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_TOKEN = re.compile(rf"(?P<cjk>[{_CJK}]+)|(?P<word>[a-z0-9]+(?:['’][a-z]+)?(?:-[a-z0-9]+)*)"
+_TOKEN = re.compile(rf"(?P<cjk>[{_CJK}]+)|(?P<word>[a-z0-9]+(?:['’][a-z]+(?![0-9]))?(?:-[a-z0-9]+)*)"
                     r"|(?P<stop>[.,;:!?，。；：！？])")
 _SCOPE = 3
 
@@ -202,7 +202,9 @@ def _guess_short(text: str) -> str | None:
 # exactly as ``_SCOPE`` of them do, and fillers before the first or after the last other token are
 # never looked at. Texts that differ only in their neutral words ("the deploy #12 failed", "the
 # cache of run 7 failed") share a shape.
-_ASCII_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?(?:-[a-z0-9]+)*|[.,;:!?]")
+# an apostrophe's letters run on into digits ("weren't500s"): no contraction, so the tokens are the
+# prefilter's runs ("weren", "t500s"), as in ``_TOKEN``
+_ASCII_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+(?![0-9]))?(?:-[a-z0-9]+)*|[.,;:!?]")
 _STOPS_ASCII = ".,;:!?"
 _STOPS_BYTES = [c.encode() for c in _STOPS_ASCII]
 _HAS_STOP = re.compile("[.,;:!?]")
