@@ -421,9 +421,8 @@ def delete_all(views: Views, scope: Scope, *, purge: bool) -> int:
         with views.lock:
             try:
                 compacted = views.store.compact()
-            except StoreError as exc:  # the purge above is committed: say so, not "nothing was saved"
-                cause = str(exc).replace("; nothing of this call was saved", "")
-                raise PurgeIncompleteError(n, str(views.store.path), cause) from exc
+            except StoreError as exc:  # the purge above is committed: say so, with the driver's own reason
+                raise PurgeIncompleteError(n, str(views.store.path), str(exc.__cause__ or exc)) from exc
             if not compacted:
                 log.warning("causalmem: %s: purged, but another connection kept the write-ahead log in use; "
                             "the freed pages are zeroed, the log is emptied at its next checkpoint", views.store.path)
