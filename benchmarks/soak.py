@@ -57,12 +57,15 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+if str(ROOT) not in sys.path:  # this checkout, in the harness and in every worker (they run this file)
+    sys.path.insert(0, str(ROOT))
 
 WORDS = ("deploy cache config rollback database migration schema index query latency timeout retry "
          "queue worker memory leak crash alert monitor build test release branch merge review ticket "
@@ -310,7 +313,8 @@ def run_worker(a: argparse.Namespace) -> int:
             else:
                 continue
         except Exception as exc:  # noqa: BLE001 - every failure is logged; disk-full ones are expected
-            j.write(t="fail", op=op, k=key, err=f"{type(exc).__name__}: {str(exc)[:300]}")
+            j.write(t="fail", op=op, k=key, err=f"{type(exc).__name__}: {str(exc)[:300]}",
+                    where=traceback.format_exc(limit=-6)[-1500:])
             time.sleep(0.05)
     mem.close()
     j.write(t="stop", at=time.time())
