@@ -86,10 +86,10 @@ import json, sys, tempfile, time
 from pathlib import Path
 tree, bench, n_batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
 sys.path[:0] = [tree, bench]
+import causalmem  # first: store_bench's _common puts this checkout on sys.path
+from causalmem import Memory
 import numpy as np
 from store_bench import texts, vocab
-import causalmem
-from causalmem import Memory
 assert causalmem.__file__.startswith(tree), causalmem.__file__
 rng = np.random.default_rng(11)
 words = vocab(rng)

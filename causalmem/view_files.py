@@ -174,7 +174,7 @@ class IndexFiles:
             top = int(ids.max()) if len(ids) else -1
         if not self.accounted(snap.meta, delta, max_nid=top):
             return None
-        nids = np.union1d(np.union1d(delta.get("ci", _NO_IDS), delta.get("cu", _NO_IDS)), delta.get("ct", _NO_IDS))
+        nids = np.unique(np.concatenate([delta.get(k, _NO_IDS) for k in ("ci", "cu", "ct")])) if delta else _NO_IDS
         want = [n for n in nids.tolist() if n not in rows]
         if want:
             rows.update(self.store.chunk_rows_by_nid(want))
