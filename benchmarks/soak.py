@@ -189,7 +189,12 @@ def run_worker(a: argparse.Namespace) -> int:
     while time.time() < deadline and not stop_file.exists():
         op = rng.choices(ops, weights)[0]
         key = f"w{wid}i{inc}k{seq}"
+        if mem is None:  # the last reopen failed (a full disk can refuse the connection): open again first
+            op = "open"
         try:
+            if op == "open":
+                mem = _open(a.store, a.model)
+                continue
             if op == "add":
                 user = pick_user()
                 turns = [{"role": r, "content": text(r)} for r in ("user", "assistant")[:rng.randint(1, 2)]]
@@ -288,6 +293,7 @@ def run_worker(a: argparse.Namespace) -> int:
                 j.write(t="ack", op=op, k=key, ids=ids, users=[user] * len(ids), counts=counts)
             elif op == "reopen":
                 mem.close()
+                mem = None  # until the open below succeeds
                 closes += 1
                 after = _settled(baseline)
                 if closes <= 2:
@@ -316,7 +322,8 @@ def run_worker(a: argparse.Namespace) -> int:
             j.write(t="fail", op=op, k=key, err=f"{type(exc).__name__}: {str(exc)[:300]}",
                     where=traceback.format_exc(limit=-6)[-1500:])
             time.sleep(0.05)
-    mem.close()
+    if mem is not None:
+        mem.close()
     j.write(t="stop", at=time.time())
     return 0
 
