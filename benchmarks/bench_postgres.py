@@ -1,4 +1,4 @@
-"""PostgreSQL backend vs SQLite, side by side in one run (issue 14 targets).
+"""PostgreSQL backend vs SQLite, side by side in one run.
 
     python benchmarks/bench_postgres.py            # build the stores, then time (one process)
     python benchmarks/bench_postgres.py --quick    # small sizes, a smoke run
@@ -286,7 +286,7 @@ def timed(plan: dict, quick: bool, command: str) -> list[str]:
     n = plan["sizes"]
     rng = np.random.default_rng(8)
     words = vocab(np.random.default_rng(plan["words_seed"]))
-    lines = ["# PostgreSQL backend vs SQLite (issue 14)", "",
+    lines = ["# PostgreSQL backend vs SQLite", "",
              f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start of the timed "
              "phase (shared with other jobs: compare the ratio column). PostgreSQL 15 on a Unix socket on the same "
              "machine; fsync on, synchronous_commit off. `Memory(target, embedder=None)`, except the rows marked "

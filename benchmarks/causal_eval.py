@@ -232,7 +232,7 @@ HELD_BACK_FROM = 5
 
 
 def transfer_markdown(rows: list[tuple[str, dict]]) -> str:
-    lines = ["## Lesson transfer: similar_to links found at sleep (issue 13 item 4)", "",
+    lines = ["## Lesson transfer: similar_to links found at sleep", "",
              "The data's own `similar_to` edges are left out of `record_many` (a user records what happened, rarely "
              "which other task it resembles); the memory then runs one `Memory.sleep()` before the questions. Stage "
              "4b (`causalmem/consolidation/transfer.py`) links decisions of different tasks whose causal out-edges "
@@ -273,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("search: conversations only", dict(conversations=True, graph=False)),
         ("causal API (graph + conversations)", dict(conversations=True, graph=True, causal=True)),
     ]
-    # Issue 13 item 4 (lesson transfer): the data's own similar_to edges left out, then found by sleep
+    # the data's own similar_to edges left out, then found by sleep
     transfer = [
         ("conversations + graph without the data's similar_to: no sleep", dict(data_similar=False)),
         ("… after one sleep, stage 4b off (transfer_links=0)", dict(data_similar=False, sleep=0)),

@@ -1,4 +1,4 @@
-"""Encoder backends side by side (issue 10): torch (sentence-transformers) vs ONNX Runtime fp32 / int8.
+"""Encoder backends side by side: torch (sentence-transformers) vs ONNX Runtime fp32 / int8.
 
 One process, the same texts, rounds interleaved so a noisy shared machine hits every backend
 alike; figures are medians and ratios against torch measured in this run.

@@ -1,6 +1,6 @@
 """Does the ONNX encoder that ``Memory(path)`` uses cost retrieval quality against sentence-transformers?
 
-Issue 13 item 5: "the ONNX encoder of the fast-defaults issue must not cost quality". The default
+The question: the fast default encoder must not cost quality. The default
 ``Memory(path)`` encodes with :class:`causalmem.onnx_embedder.OnnxEmbedder` (``embedder="auto"``: the int8
 graph, ``onnx_embedder.DEFAULT_PRECISION``); the reference is the same packaged all-MiniLM-L6-v2 on torch
 through sentence-transformers (``embedder="torch"``, :class:`causalmem.semantic.SentenceTransformerEmbedder`).
@@ -226,7 +226,7 @@ def report(results: dict[str, dict], convs: list[dict], meta: dict[str, Any]) ->
     conv_ids = [c["id"] for c in convs]
     ref = results["torch"]
     lines = [
-        "# Does the ONNX encoder cost retrieval quality? (issue 13 item 5)", "",
+        "# Does the ONNX encoder cost retrieval quality?", "",
         f"Command: `{meta['command']}`  ", f"Run: {meta['date']}, {meta['lock']}; load average at the start "
         f"{meta['load_start']}, at the end {meta['load_end']}; runtime {meta['seconds']:.0f} s; code of {meta['commit']}.  ",
         f"Data: `../shared/data/locomo-dev/locomo_dev.json` ({len(convs)} conversations, "

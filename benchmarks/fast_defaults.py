@@ -1,4 +1,4 @@
-"""Issue 10 target table: speed at the defaults (``Memory(path)`` with the model installed).
+"""Target table: speed at the defaults (``Memory(path)`` with the model installed).
 
     python benchmarks/fast_defaults.py                       # writes benchmarks/results/fast_defaults.md
     python benchmarks/fast_defaults.py --sizes 100000 --embedded 20000 --out -   # smaller, print only
@@ -23,7 +23,7 @@ exists (the machine is shared; the ratio is the comparable number):
 The cold-start stores are kept in ``--stores DIR`` when given (built there once: run
 ``--build-only`` with other jobs allowed, then the timed run alone on the machine).
 
-The search-with-the-model row on the real-model store (issue 10's "100k chunks embedded with the
+The search-with-the-model row on the real-model store ("100k chunks embedded with the
 real model"), kept in ``--stores DIR``:
 
     python benchmarks/fast_defaults.py --stores DIR --build-only --sizes "" --semantic 100000
@@ -488,7 +488,7 @@ def main() -> None:
         return
     argv = ["DIR" if k and sys.argv[k] == args.stores and sys.argv[k - 1] == "--stores" else a
             for k, a in enumerate(sys.argv)]  # no machine path in the report
-    lines = ["# Fast at the defaults (issue 10)", "",
+    lines = ["# Fast at the defaults", "",
              f"`python benchmarks/fast_defaults.py {' '.join(argv[1:])}`".replace(" `", "`"), "",
              "| what | figure | peer in the same run | target |", "|---|---|---|---|"]
 
@@ -566,7 +566,7 @@ def main() -> None:
                 row(f"one-shot writer process, {n:,} chunks (`Memory(path)` + `record_decision` + `close`, import "
                     f"excluded; {args.rounds} rounds)", f"{cur['write'] * 1000:.0f} ms (appends one journal line)",
                     f"{peer_name}: {peer['write'] * 1000:.0f} ms (loads and rewrites the index files; "
-                    f"{peer['write'] / max(cur['write'], 1e-9):.1f}×)", "cheap (issue 10 gap a)")
+                    f"{peer['write'] / max(cur['write'], 1e-9):.1f}×)", "cheap")
                 row(f"open + first search of the reader after that write, {n:,} chunks (its close)",
                     f"{cur['read']:.2f} s (files of an earlier state caught up from the journal; close "
                     f"{cur['close'] * 1000:.0f} ms)", f"{peer_name}: {peer['read']:.2f} s (files current; close "

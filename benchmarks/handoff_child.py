@@ -1,5 +1,5 @@
-"""What the detached ``causalmem embed`` started by a one-shot writer's ``close()`` costs (issue 10,
-the README's "bounded hand-off child" figure).
+"""What the detached ``causalmem embed`` started by a one-shot writer's ``close()`` costs
+(the README's "bounded hand-off child" figure).
 
     python benchmarks/handoff_child.py --workdir DIR [--older 10000] [--runs 2] [--tree PATH ...]
 

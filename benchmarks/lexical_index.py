@@ -1,4 +1,4 @@
-"""How to persist the lexical index (issue 10, item 3): three designs side by side in one run.
+"""How to persist the lexical index: three designs side by side in one run.
 
     python benchmarks/lexical_index.py --sizes 100000            # writes benchmarks/results/lexical_index.md
     python benchmarks/lexical_index.py --sizes 20000 --out -     # quick, print only

@@ -1,6 +1,6 @@
 """LoCoMo-dev retrieval-only evaluation through the public API, as users run it; in-sample and cross-validated.
 
-Protocol (shared/data/README.md, item 2 of issue 13): ONE store file, ``Memory(path)`` with its
+Protocol (shared/data/README.md): ONE store file, ``Memory(path)`` with its
 defaults, holding every dev conversation scoped by ``user_id`` (= sample id). Every turn is one
 memory ("speaker: text" + " [shares photo: caption]"), added session by session with the session's
 date as event time and the session number as session id. Each question asks ``search(question,
@@ -84,7 +84,7 @@ REINFORCED = (DEFAULT_LABEL, "lexical + graph")
 # The fitted constants under cross-validation: semantic weight in the blend, scale of the graph
 # bonus, backward/forward ratio of the graph bonus. The shipped values are the first grid point.
 GRID_AXES: dict[str, tuple[float, ...]] = {
-    # 0 = no semantic channel: the folds may drop it (issue 13 item 5: "or weight it down")
+    # 0 = no semantic channel: the folds may drop it ("or weight it down")
     "blend_vec": (retrieval.PARAMS.blend_vec, 0.5, 2.0, 3.0, 0.0),
     "graph_scale": (1.0, 0.5, 2.0),
     "backward_ratio": (retrieval.PARAMS.graph_backward / retrieval.PARAMS.graph_forward, 1.0, 0.25),
@@ -250,7 +250,7 @@ def score_question(ranked: list[str], gold: list[str]) -> np.ndarray:
 def ask_all(mem: Memory, convs: list[dict], dia_of: dict[str, str], channels: tuple[str, ...], fusion: str, *,
             reinforce: bool, params: retrieval.RetrievalParams | None, agent: Sequence[str] = ()) -> Scores:
     """Every question of every conversation, in data order, on one store. ``agent``: what the simulated
-    agent of issue 13's protocol B does after a question is scored (its learning reaches only the
+    agent of protocol B does after a question is scored (its learning reaches only the
     questions after it):
     - ``confirm``: confirms (``Memory.confirm``) the hits of its top 10 that are gold evidence, when
       there are at least 2 (what an agent that used them would confirm);
@@ -477,7 +477,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------- paired mode (issue 13)
+# ----------------------------------------------------------------------------- paired mode
 # Reinforcement on vs off on the same store builds, default configuration only: the cheap check of a
 # learning rule. ``--paired "on,links-only,access-only,start0:hebbian_start=0;hebbian_step=0.1"``: each
 # variant is ``label[:overrides]`` (Config fields as in --config, ';'-separated, applied on top of
@@ -486,7 +486,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
 # (``projection.CO_OCCURRENCE_COEFFICIENT``) for that variant. Q-values are never changed by a search
 # (only ``feedback``): the table's last column counts them. The tokens ``confirm``, ``feedback`` and
 # ``feedback-top`` make the variant's simulated agent confirm / reward hits of each question's top 10 after
-# it is scored (issue 13's protocol B, ``ask_all``); its reinforce-off peer is the same off grid (no learning,
+# it is scored (protocol B, ``ask_all``); its reinforce-off peer is the same off grid (no learning,
 # no confirmation, no feedback).
 # Named variants:
 NAMED_VARIANTS: dict[str, str] = {
@@ -915,7 +915,7 @@ NOTES: list[str] = [
     "word with the query, frequent there and rare in the store, query BM25 again; the candidates it finds gain "
     "0.5 x the best score x its score / its best (nothing new is brought in). "
     "**hybrid** = the ST-BME formula of SPEC §4 verbatim; **rrf** = reciprocal rank fusion, k = 60.",
-    "- **Centring** (issue 13 item 5, why the semantic channel added nothing under cross-validation): every turn "
+    "- **Centring** (why the semantic channel added nothing under cross-validation): every turn "
     "of a conversation shares a large component with every other and with the question (the speakers' names, "
     "the register of chat), so raw MiniLM cosines sit in a narrow band and rank best the turns that are nearly "
     "pure shared component: short content-free turns ('Jon: What gave you the idea?', cosine 0.53) outranked "

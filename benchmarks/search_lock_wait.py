@@ -1,5 +1,5 @@
 """How long a search with the model holds the ``Memory`` lock while it waits for its query encode, and
-what that costs a writer thread of the same process (the "left alone" item of issue 10's last note).
+what that costs a writer thread of the same process.
 
     python benchmarks/search_lock_wait.py --workdir DIR [--chunks 3000] [--searches 150] [--rounds 2]
 

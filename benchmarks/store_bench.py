@@ -1,4 +1,4 @@
-"""Store benchmarks (issue 3): write throughput, projection rebuild, causal query latency.
+"""Store benchmarks: write throughput, projection rebuild, causal query latency.
 
     python benchmarks/store_bench.py            # full run (~3-5 min on 2 cores)
     python benchmarks/store_bench.py --quick    # small sizes, for a smoke run

@@ -1,4 +1,4 @@
-"""Issue 10, item 4 targets: RSS and cold start of a store WITH vectors, and search latency with the model.
+"""Targets: RSS and cold start of a store WITH vectors, and search latency with the model.
 
     python benchmarks/vector_index_bench.py --n 1000000 --workdir /tmp/cm-vec    # the 1M RSS row
     python benchmarks/vector_index_bench.py --n 100000 --workdir /tmp/cm-vec     # the 100k rows

@@ -1,4 +1,4 @@
-"""Which approximate vector index replaces the hand-written IVF (issue 10, item 4)?
+"""Which approximate vector index replaces the hand-written IVF?
 
 usearch vs hnswlib vs faiss-cpu (IndexHNSWFlat), all HNSW, against exact numpy search, on the
 seeded clustered 384-d data of ``bench_vectors.py`` (stands in for MiniLM vectors). One process,

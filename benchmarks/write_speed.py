@@ -1,4 +1,4 @@
-"""``record_many`` without the model, before/after in one run (issue 10, item 5).
+"""``record_many`` without the model, before/after in one run.
 
     python benchmarks/write_speed.py --baseline 8a72a54      # writes benchmarks/results/write_speed.md
     python benchmarks/write_speed.py --rounds 2 --out -      # current tree only, print only
@@ -85,7 +85,7 @@ def main() -> None:
                 res[name][1].extend(cpu)
     load = f"{load_start} at the start, {load_text()} at the end"
     cur = res["current tree"]
-    lines = ["# `record_many` without the model, before/after (issue 10 item 5)", "",
+    lines = ["# `record_many` without the model, before/after", "",
              f"`python benchmarks/write_speed.py{' --baseline ' + args.baseline if args.baseline else ''}` — "
              f"{args.rounds} rounds × {args.batches} batches of 1,000 pairs per tree, fresh process and file each, "
              f"order alternating; {os.cpu_count()} cores, load average {load} (wall-clock rates "

@@ -1,4 +1,4 @@
-"""Issue 10's two write targets, each command run several times in a row (every run a fresh process):
+"""The two write targets, each command run several times in a row (every run a fresh process):
 
     python benchmarks/write_targets.py --part default --runs 5   # fast_defaults.py's record_many row
     python benchmarks/write_targets.py --part nomodel --runs 5   # write_speed.py (embedder=None)
@@ -65,7 +65,7 @@ def _commit() -> str:
 
 def report() -> None:
     runs = json.loads(STORE.read_text()) if STORE.exists() else []
-    lines = ["# Issue 10's write targets, run after run", "",
+    lines = ["# The write targets, run after run", "",
              "`python benchmarks/write_targets.py --part default --runs 5` / `--part nomodel --runs 5`, then "
              "`--report`. Every run is a fresh process of the command named below; the load average is the one "
              "just before the run (other helpers' unlocked jobs share the 2-core machine even under `quiet`). "

@@ -51,7 +51,7 @@ def devops(db_path, clock):
     mem.close()
 
 
-# ---------------------------------------------------------------- PostgreSQL (issue 14)
+# ---------------------------------------------------------------- PostgreSQL
 # tests/test_postgres*.py use a throwaway cluster (tests/pg_cluster.py): the one named by
 # CAUSALMEM_TEST_PG_DSN (.ci/run starts it), else one started here for the session, else they skip.
 # CAUSALMEM_TEST_BACKEND=postgres runs the WHOLE suite on PostgreSQL: every store a test opens by
@@ -209,7 +209,7 @@ def pg_server_dsn():
 
 @pytest.fixture(scope="session")
 def pg_database(pg_server_dsn):
-    """DSN of a database for this session's PostgreSQL tests."""
+    """DSN of a database for the PostgreSQL tests of this pytest run."""
     if "testdb" not in _PG:
         _PG["testdb"] = _pg_database(f"cm_pgtests_{os.getpid()}")
     return _PG["testdb"]

@@ -1,4 +1,4 @@
-"""Embedding off the write path (issue 10): the queue is the store, a background thread fills it.
+"""Embedding off the write path: the queue is the store, a background thread fills it.
 
 Real parts: real SQLite files, a real child process killed with SIGKILL, the real packaged
 MiniLM for the end-to-end case; the deterministic bag-of-words embedder below is a complete

@@ -156,7 +156,8 @@ def test_no_process_words_in_readme_docs_and_results_pages():
 
 def test_no_process_words_in_docstrings():
     offenders = []
-    for path in sorted((REPO / "causalmem").rglob("*.py")):
+    paths = [*(REPO / "causalmem").rglob("*.py"), *(REPO / "benchmarks").glob("*.py"), *(REPO / "tests").glob("*.py")]
+    for path in sorted(paths):
         tree = ast.parse(_read(path))
         for node in ast.walk(tree):
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):

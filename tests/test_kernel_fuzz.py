@@ -1,4 +1,4 @@
-"""Bounded kernel fuzz test (issue 9): thousands of random malformed and valid array
+"""Bounded kernel fuzz test: thousands of random malformed and valid array
 combinations through ``CSR``, ``spread``, ``CSR.from_coo`` and ``CausalGraph``, plus arrays
 scribbled on after validation (forced writable) and kernel-typed garbage handed straight to the
 compiled module, run in a child process so that a crash (SIGSEGV, abort) fails the test instead

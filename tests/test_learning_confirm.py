@@ -1,4 +1,4 @@
-"""``Memory.confirm`` (issue 13): the caller confirms hits that were useful together, and only that
+"""``Memory.confirm``: the caller confirms hits that were useful together, and only that
 makes a learned (Hebbian) link by default. Mechanisms, not figures: the links are visible to the next
 query, credit is bounded, a link never joins two scopes, a search alone links nothing."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``Config.q_rank`` (issue 13): a memory's Q-value scales its fused search score by
+"""``Config.q_rank``: a memory's Q-value scales its fused search score by
 (0.5 + 0.5·Q) / (0.5 + 0.5·q_init). Mechanisms, not figures: a reward is visible to the next query (in
 this process and another), a memory nobody rewarded ranks exactly as without the factor, the factor is
 bounded, a search alone never moves Q, scopes stay apart, and the switch turns it off."""

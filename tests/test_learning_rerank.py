@@ -1,5 +1,5 @@
 """Learned links that only re-rank (``Config.hebbian_rerank``) and credit only for close pairs
-(``Config.hebbian_min_cosine``), issue 13 item 3. Mechanisms, not figures: a learned link never
+(``Config.hebbian_min_cosine``). Mechanisms, not figures: a learned link never
 brings in a chunk the query did not find; it re-ranks the ones it did, at once (no write, no
 timer) and as the store holds it after the write; scopes stay apart; a projection file saved under
 the other rule is not adopted; far pairs get no credit."""

@@ -1,6 +1,6 @@
 """The LLM client against a hostile endpoint: a real HTTP server on 127.0.0.1 (tests/llm_server.py).
 
-Each limit of ``causalmem.llm`` (issue 9, item 2) has a test here: redirects that leave the
+Each limit of ``causalmem.llm`` has a test here: redirects that leave the
 origin, one deadline per call, a response-size cap, bounded JSON depth, and nothing but
 ``LLMError`` escaping; plus the distiller's per-answer cap and item-by-item validation.
 """

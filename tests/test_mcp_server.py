@@ -187,7 +187,7 @@ def test_every_tool_over_stdio(tmp_path):
 
 # ---------------------------------------------------------------------------- pinned scope
 def test_user_id_pins_every_tool_call(tmp_path):
-    """Issue 9: `causalmem mcp --user-id bob` was ignored (bob's search returned alice's chunks)."""
+    """`causalmem mcp --user-id bob` was ignored (bob's search returned alice's chunks)."""
     db = tmp_path / "shared.db"
     with Memory(db, embedder=None) as mem:
         alice = mem.add("alice's production database password rotation is on mondays", user_id="alice")[0]

@@ -1,4 +1,4 @@
-"""causalmem's mem0 adapter side by side with real mem0 (issue 24).
+"""causalmem's mem0 adapter side by side with real mem0.
 
 ``tests/data/mem0_record.json`` is what mem0ai 2.2.1 returned, offline, for the same calls (made once by
 ``benchmarks/mem0_record.py``; the record holds the command, venv and pip lines included). mem0 cannot sit in

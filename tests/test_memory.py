@@ -113,7 +113,7 @@ def test_confidence_by_source_and_polarity_rule(db_path):
 
 
 def test_contradiction_fast_path_annotates_older_failure(db_path):
-    """Issue 9: the write-time fast path annotates (superseded_by) and leaves retirement to sleep."""
+    """The write-time fast path annotates (superseded_by) and leaves retirement to sleep."""
     with Memory(db_path, embedder=None) as mem:
         old = mem.record_decision("restart the worker pool", "jobs failed with timeout errors")
         new = mem.record_decision("restart the worker pool", "jobs resolved and passed")

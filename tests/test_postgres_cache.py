@@ -241,7 +241,7 @@ def test_catching_up_with_another_hosts_small_write_takes_two_round_trips(pg_dsn
 
 
 def test_a_default_search_sends_only_its_change_check_and_the_queue_goes_out_on_its_own_connection(pg_dsn, monkeypatch):
-    """Review R6, then issue 14's p99: with reinforcement on (the default), every search sends only
+    """Review R6, then the PostgreSQL p99 target: with reinforcement on (the default), every search sends only
     its change check (ahead of its work; the learned-link overlay reads the mirrored co-occurrence
     pairs), the 64th and 128th too: the queue of 64 searches is written by the flusher thread on
     its own connection, in five statements (and the commit), not one per search. The search-time

@@ -203,7 +203,7 @@ def test_scope_isolation_even_with_cross_user_links(data):
         for s_, d_, rel in links:
             if s_ == d_:
                 continue
-            if owner[s_] != owner[d_]:  # issue 9: scope is a wall, a cross-user link is refused
+            if owner[s_] != owner[d_]:  # scope is a wall: a cross-user link is refused
                 with pytest.raises(ValueError, match="scope"):
                     mem.link(s_, d_, rel)
             else:

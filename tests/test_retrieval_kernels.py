@@ -1,4 +1,4 @@
-"""The compiled helpers of the search path (issue 10, "search without the model no worse"):
+"""The compiled helpers of the search path:
 ``CSR.links_among`` (the seed colouring's adjacency), ``bm25_segments`` (BM25 sums of several
 terms' postings), ``bm25_top`` (the allowed docs' best scores),
 ``bonus_sum`` (what the graph bonus's spreads send each node), ``BM25Index.doc_terms`` (the second pass's feedback words from the forward

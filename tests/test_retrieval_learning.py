@@ -1,4 +1,4 @@
-"""Learning from searches (issue 13): co-occurrence links are visible to the next query, credit is
+"""Learning from searches: co-occurrence links are visible to the next query, credit is
 bounded (best few hits, weight cap), and learned links never cross a scope. Mechanisms, not figures."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The blend's semantic signal: cosines measured from the candidates' mean vector (issue 13 item 5).
+"""The blend's semantic signal: cosines measured from the candidates' mean vector.
 
 Real MiniLM (the packaged offline model), real SQLite-backed ``Memory``. These pin the mechanism, not
 a benchmark figure: the score is the cosine of (query - mean) and (candidate - mean) over the

@@ -1,4 +1,4 @@
-"""Issue 10, search with the model: the compiled row gather of the vector index's rescoring
+"""Search with the model: the compiled row gather of the vector index's rescoring
 (``pread_rows``: one ``pread`` per row with the GIL released for the whole gather) against its
 plain-Python twin and numpy on real files, and the centred blend's reuse of the lexical
 candidates' vectors read while the query is encoded (``_vectors_with``)."""

@@ -1,4 +1,4 @@
-"""Issue 10, search with the model: the query thread encodes the query and then searches the vector
+"""Search with the model: the query thread encodes the query and then searches the vector
 index while the caller runs the lexical channel; a search handed over after the encode finished
 (a caller slow to reach the hand-over) still runs on the query thread. Real model, real store."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The superseded lookup of a search (issue 10): two partial indexes (schema 4) and, outside a write,
+"""The superseded lookup of a search: two partial indexes (schema 4) and, outside a write,
 a whole-store map kept in memory until the database changes. Each read is checked against the
 lookup asked of SQLite directly, over real files, own writes, another connection's commits,
 uncommitted rows inside a write and rollbacks."""

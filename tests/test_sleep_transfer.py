@@ -1,6 +1,6 @@
 """Sleep stage 4b (consolidation/transfer.py): structural similar_to links between decisions of
 different tasks whose outcomes have the same shape, so spreading from one task reaches the other
-task's lesson (issue 13 item 4). Real SQLite files, no model (the stage uses none)."""
+task's lesson. Real SQLite files, no model (the stage uses none)."""
 from __future__ import annotations
 
 import pytest

@@ -345,7 +345,7 @@ def test_inputs_cast_once_and_copied_by_default():
 
 
 # ---------------------------------------------------------------------------------------------
-# the CSR owns what it validated (issue 9, item 1)
+# the CSR owns what it validated
 # ---------------------------------------------------------------------------------------------
 
 SEGFAULT_REPRO = """

@@ -1,4 +1,4 @@
-"""Issue 9, finding 4 (CLI part): every flag the command line accepts is honoured."""
+"""Every flag the command line accepts is honoured."""
 from __future__ import annotations
 
 import argparse

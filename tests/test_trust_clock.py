@@ -1,4 +1,4 @@
-"""Issue 9, finding 7: bad clocks are refused, sleep never stores a future ``last_sleep_at``."""
+"""Bad clocks are refused, sleep never stores a future ``last_sleep_at``."""
 from __future__ import annotations
 
 import datetime as dt

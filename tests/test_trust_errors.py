@@ -1,4 +1,4 @@
-"""Issue 9, finding 10 (and the unbounded knobs of finding 3): every raw error becomes a
+"""Every raw error becomes a
 ValueError / TypeError / StoreError naming the argument or the file."""
 from __future__ import annotations
 

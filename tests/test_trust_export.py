@@ -1,4 +1,4 @@
-"""Issue 9, item 11: backup and move. ``Memory.export`` / ``Memory.import_`` and the
+"""Backup and move. ``Memory.export`` / ``Memory.import_`` and the
 ``causalmem export`` / ``causalmem import`` commands: a versioned JSONL dump; import is one
 transaction; B answers every query as A did."""
 from __future__ import annotations

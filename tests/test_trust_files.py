@@ -1,4 +1,4 @@
-"""Issue 9, finding 9: foreign SQLite files are refused untouched; read-only commands never
+"""Foreign SQLite files are refused untouched; read-only commands never
 create a file; causalmem databases carry PRAGMA application_id."""
 from __future__ import annotations
 

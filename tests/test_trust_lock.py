@@ -1,4 +1,4 @@
-"""Issue 9, finding 8: reads never take the write lock; opens never wait; lock waits are
+"""Reads never take the write lock; opens never wait; lock waits are
 bounded by busy_timeout and end in a clear StoreError."""
 from __future__ import annotations
 

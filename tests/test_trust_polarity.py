@@ -1,4 +1,4 @@
-"""Issue 9, finding 6: no silent change of data.
+"""No silent change of data.
 
 Polarity is guessed by whole words from an explicit bilingual lexicon with a negation scope,
 its origin is stored (given / guessed / unknown), the write-time contradiction fast path never

@@ -1,4 +1,4 @@
-"""Issue 9, finding 5: deletion that deletes. ``delete_all(..., purge=True)`` is the
+"""Deletion that deletes. ``delete_all(..., purge=True)`` is the
 right-to-be-forgotten path: the text and everything derived from it leave every table, index
 and vector, and the bytes leave the file."""
 from __future__ import annotations

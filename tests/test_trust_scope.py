@@ -1,4 +1,4 @@
-"""Issue 9, finding 4: scope is a wall.
+"""Scope is a wall.
 
 No learned, linked or consolidated edge joins two scopes; a scoped call never returns another
 scope's chunk and never changes another scope's data. A scope is the full

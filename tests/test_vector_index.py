@@ -1,4 +1,4 @@
-"""The vector index (issue 10, item 4): exact delta + usearch HNSW segment, persisted next to the database.
+"""The vector index: exact delta + usearch HNSW segment, persisted next to the database.
 
 Real parts: usearch, real SQLite files and their sidecar directory, the real packaged MiniLM for the
 recall test. The hash embedder below is a complete embedder (a deterministic vector per text: a
