@@ -138,6 +138,32 @@ def _fd_paths() -> list[str]:
     return sorted(out)
 
 
+def _holders(limit: int = 6) -> list[str]:
+    """After a leak: which live objects still hold the index's file-backed parts (vector segments, row
+    files, views), each with the chain of its referrers' types up to the module or frame holding it."""
+    kinds = ("AnnSegment", "Rows", "VectorIndex", "Views", "IndexKeeper")
+    found = [o for o in gc.get_objects() if type(o).__name__ in kinds][:limit]
+    out = []
+    here = sys._getframe()
+    for obj in found:
+        chain, cur, seen = [type(obj).__name__], obj, {id(found), id(here)}
+        for _ in range(5):  # follow the first referrer that is not this function's own bookkeeping
+            seen.add(id(cur))
+            nxt = next((r for r in gc.get_referrers(cur) if id(r) not in seen and r is not chain), None)
+            if nxt is None:
+                break
+            cur = nxt
+            del nxt
+            desc = type(cur).__name__
+            if isinstance(cur, dict):
+                desc += f"[{','.join(sorted(map(str, cur))[:4])}]"
+            elif hasattr(cur, "f_code"):
+                desc += f"[{cur.f_code.co_filename.rsplit('/', 1)[-1]}:{cur.f_lineno}]"
+            chain.append(desc)
+        out.append(" <- ".join(chain))
+    return out
+
+
 def run_worker(a: argparse.Namespace) -> int:
     wid, rng = a.wid, random.Random(a.seed)
     log_path = Path(a.log)
@@ -311,10 +337,11 @@ def run_worker(a: argparse.Namespace) -> int:
                     gc.collect()
                     after_gc = _proc_counts()
                     leaked_gc = any(after_gc[k] > baseline[k] for k in baseline)
+                    holders = _holders() if leaked_gc else []
                 else:
-                    after_gc, leaked_gc = after, False
+                    after_gc, leaked_gc, holders = after, False, []
                 j.write(t="leak", base=baseline, now=after, leaked=leaked_gc, until_gc=leaked and not leaked_gc,
-                        extra_fds=extra[:10], extra_threads=extra_threads[:10], after_gc=after_gc)
+                        extra_fds=extra[:10], extra_threads=extra_threads[:10], after_gc=after_gc, holders=holders)
                 mem = _open(a.store, a.model)
             else:
                 continue
