@@ -170,8 +170,8 @@ class IndexFiles:
         if kind == "chunks":
             top = view.n - 1
         else:
-            ids = view.doc_ids()
-            top = int(ids.max()) if len(ids) else -1
+            ids = view.doc_ids()  # ascending: the last is the highest
+            top = int(ids[-1]) if len(ids) else -1
         if not self.accounted(snap.meta, delta, max_nid=top):
             return None
         nids = np.unique(np.concatenate([delta.get(k, _NO_IDS) for k in ("ci", "cu", "ct")])) if delta else _NO_IDS
