@@ -34,7 +34,8 @@ reads the store directly (sqlite3 / psycopg, not through causalmem) and verifies
 * ``scope_isolation``: every search/search_causal/trace_cause hit a worker got (and every checker
   search) belongs to the scope asked for;
 * ``index_equal`` (file stores): searches from a fresh open with ``<db>.idx/`` kept and deleted give
-  the same ids and scores;
+  the same ids and scores, every vector scored exactly (past ``vector_ann_min`` the default search is
+  approximate, and two HNSW graphs of the same vectors propose different candidates);
 * ``no_leak``: after each close, a worker's threads, child processes and descriptors come back to
   what they were after its first close (psutil).
 
@@ -632,7 +633,13 @@ def _ack_texts(ack: dict[str, Any], intent: dict[str, Any]) -> list[str]:
 
 
 def search_snapshot(store: str, model: bool, queries: list[tuple[str, str]]) -> list[list[tuple[str, float]]]:
-    mem = _open(store, model)
+    """Each query's top 10 from a fresh open, every vector scored exactly (``vector_exact_scope`` above any
+    scope): past ``vector_ann_min`` the default search takes its candidates from an HNSW graph, and two
+    graphs of the same vectors (the kept one and a rebuild's) propose different ones, so only exact
+    scoring can show that the kept files hold what a rebuild reads from the store."""
+    from causalmem import Config, Memory
+
+    mem = Memory(store, embedder="auto" if model else None, config=Config(vector_exact_scope=1 << 30))
     try:
         out = []
         for q, user in queries:
@@ -644,7 +651,7 @@ def search_snapshot(store: str, model: bool, queries: list[tuple[str, str]]) -> 
 
 
 def index_equal(checker: Checker, store: str, model: bool, seed: int) -> None:
-    """Fresh open with ``<db>.idx/`` kept vs deleted: the same answers (file stores only)."""
+    """Fresh open with ``<db>.idx/`` kept vs deleted: the same answers, vectors scored exactly (file stores only)."""
     rng = random.Random(seed)
     queries = [(" ".join(rng.sample(WORDS, 3)), rng.choice(USERS)) for _ in range(20)]
     mem = _open(store, model)  # embed what the killed workers left unembedded, so both opens see the same rows

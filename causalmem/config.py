@@ -132,8 +132,10 @@ class Config:
     reinforce_seconds: float = 5.0
     reinforce_queue_max: int = 10000
     # vector index (vector_index.py): vectors kept exact until this many, then an HNSW segment
-    # (None: always exact); storage type of the segment: "f32", "f16" or "i8"
+    # (None: always exact); storage type of the segment: "f32", "f16" or "i8"; a scoped search whose scope
+    # holds at most ``vector_exact_scope`` segment vectors scores them all exactly (larger: HNSW candidates)
     vector_ann_min: int | None = 20_000
+    vector_exact_scope: int = 2048
     vector_quantization: str = "f32"
     # what close() does with chunks this process wrote that still have no vector (embedding.py, README
     # "Who embeds the queue of a short-lived process"): "auto" — embed them here for at most 0.5 s when
@@ -186,6 +188,9 @@ class Config:
         if self.vector_ann_min is not None and (isinstance(self.vector_ann_min, bool)
                                                 or not isinstance(self.vector_ann_min, int) or self.vector_ann_min < 1):
             raise ValueError(f"vector_ann_min must be a positive int or None, got {self.vector_ann_min!r}")
+        if isinstance(self.vector_exact_scope, bool) or not isinstance(self.vector_exact_scope, int) \
+                or self.vector_exact_scope < 1:
+            raise ValueError(f"vector_exact_scope must be a positive int, got {self.vector_exact_scope!r}")
         if self.vector_quantization not in ("f32", "f16", "i8"):
             raise ValueError(f"vector_quantization must be 'f32', 'f16' or 'i8', got {self.vector_quantization!r}")
         object.__setattr__(self, "embed_handoff", handoff_mode(self.embed_handoff, "embed_handoff"))

@@ -304,7 +304,8 @@ class VectorView:
         self.host.sync_external()
         if self.index is None:
             cfg = self.config
-            index = VectorIndex(emb.dim, ann_min=cfg.vector_ann_min, quantization=cfg.vector_quantization)
+            index = VectorIndex(emb.dim, ann_min=cfg.vector_ann_min, quantization=cfg.vector_quantization,
+                                exact_scope=cfg.vector_exact_scope)
             self.index = index
             if self.store.has_embeddings(emb.model_name):
                 index.mark_loading()
