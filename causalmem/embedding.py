@@ -56,6 +56,7 @@ import numpy as np
 
 from .background import wait_for_work
 from .config import handoff_mode
+from .errors import without_traceback
 from .store.base import text_hash
 from .vector_index import decode_rows
 
@@ -563,7 +564,7 @@ class EmbeddingWorker:
                     return
                 logger.warning("background embedding failed: %s", exc)
                 with self._cond:
-                    self.error = exc
+                    self.error = without_traceback(exc)  # its frames would hold the failed batch's views
                     self._done = seen  # do not spin; a new kick retries
                     self._cond.notify_all()
                 time.sleep(0.05)

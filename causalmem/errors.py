@@ -50,6 +50,23 @@ class ConfigurationError(CausalMemError, ValueError):
     """A feature was asked for that is not configured (e.g. infer=True without an LLM)."""
 
 
+def without_traceback(exc: BaseException) -> BaseException:
+    """``exc`` with its traceback, and those of the exceptions it chains to, dropped (after it was logged).
+
+    A background thread keeps its last failure to report it later; with its traceback it would also keep
+    every frame of the failed step alive, and their locals with them (a vector segment's mapped files,
+    whole index snapshots) until the cyclic collector happens to run, past ``close()``."""
+    todo, seen = [exc], set()
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.__traceback__ = None
+        todo.extend((e.__cause__, e.__context__))
+    return exc
+
+
 def run_retrying(once: Callable[[], Any], may_retry: Callable[[], bool] = lambda: True) -> Any:
     """``once()``, run again when the server rolled its transaction back (``RetryableStoreError``),
     up to ``RETRIES`` times with a short growing pause, while ``may_retry()`` allows it."""

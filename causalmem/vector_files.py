@@ -212,14 +212,20 @@ class SegmentWriter:
         return True
 
     def abort(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        """Close and remove this build's files. Never raises: it runs on failure paths, a full disk
+        among them, where closing the rows file fails its last flush (its descriptor is closed all the
+        same) and must not keep the files from being removed."""
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            with contextlib.suppress(OSError):
+                fh.close()
         for p in (self.files or {}).values():
             try:
                 p.unlink()
             except FileNotFoundError:
                 pass
+            except OSError as exc:
+                log.warning("causalmem: cannot remove %s: %s", p, exc)
 
     def finish(self, model: str) -> AnnSegment:
         """The segment: saved and reopened as a view from its files (then its header names them and the

@@ -31,6 +31,7 @@ from typing import Any, ContextManager, Iterable, Protocol
 import numpy as np
 
 from .background import wait_for_work
+from .errors import without_traceback
 from . import vector_segments as segments
 from .sidecar import index_lock, purge_token, read_chain
 from .vector_codec import UNKNOWN_HASH, decode_rows, normalise_rows
@@ -168,7 +169,7 @@ class IndexKeeper:
                         break
             except Exception as exc:  # keep the thread: the next kick retries
                 log.warning("causalmem: vector index maintenance failed: %s", exc, exc_info=True)
-                self.error = exc
+                self.error = without_traceback(exc)  # its frames hold snapshots and segments
                 with self.views.lock:
                     vi = self.views.vectors
                     if vi is not None:
