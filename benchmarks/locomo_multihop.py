@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import subprocess
 import sys
 import tempfile
@@ -114,6 +115,26 @@ def _table(title: str, res: dict[str, dict[str, float]]) -> list[str]:
     return lines + [""]
 
 
+def latency(mem: Memory, convs: list[dict], chans: tuple[str, ...], points: list[tuple[str, dict[str, Any]]],
+            repeat: int) -> dict[str, np.ndarray]:
+    """Per variant (off = the shipped constants, then each point), the ms of each question's search; the
+    variants take turns on each question (a shared machine's load falls on all of them alike), the best of
+    ``repeat`` tries kept per question and variant."""
+    variants = [("off", retrieval.PARAMS)] + [(label, replace(retrieval.PARAMS, **over)) for label, over in points]
+    out: dict[str, list[float]] = {label: [] for label, _ in variants}
+    for conv in convs:
+        for qa in conv["qa"]:
+            for label, params in variants:
+                best = math.inf
+                for _ in range(repeat):
+                    t = time.perf_counter()
+                    retrieval.search(mem._views, qa["question"], top_k=10, user_id=conv["id"], channels=chans,
+                                     reinforce=False, params=params)
+                    best = min(best, time.perf_counter() - t)
+                out[label].append(1000 * best)
+    return {label: np.asarray(v) for label, v in out.items()}
+
+
 def run(args: argparse.Namespace) -> str:
     convs = lr.load(args.data)
     if args.conv:
@@ -136,6 +157,7 @@ def run(args: argparse.Namespace) -> str:
             vec_path.parent.mkdir(parents=True, exist_ok=True)
             emb.save(vec_path)
         t_build = time.time() - t0
+        timings: list[tuple[str, dict[str, np.ndarray]]] = []
         with Memory(path, embedder=emb) as mem:
             base = lr.ask_all(mem, convs, dia_of, chans, "auto", reinforce=False, params=None)
             sections = []
@@ -146,9 +168,19 @@ def run(args: argparse.Namespace) -> str:
                     by_point[label] = lr.ask_all(mem, convs, dia_of, chans, "auto", reinforce=False,
                                                  params=replace(retrieval.PARAMS, **over))
                 sections.append((spec, by_point))
+                if args.latency:
+                    timings.append((spec, latency(mem, convs, chans, points, args.latency)))
     lines = [f"## {len(sections)} mechanism(s), channels {', '.join(chans)}", "",
              f"Store build {t_build:.0f} s, total {time.time() - t0:.0f} s. Conversations: {', '.join(conv_ids)}; "
              f"{sum(len(c['qa']) for c in convs)} questions.", ""]
+    for spec, ms in timings:
+        lines += [f"### Latency of `{spec}`: `search` per question, ms (each question asked {args.latency} times "
+                  "per variant, variants interleaved; one store)", "",
+                  "| variant | p50 | p95 | p50 / off |", "|---|---|---|---|"]
+        for label, t in ms.items():
+            lines.append(f"| {label} | {np.median(t):.2f} | {np.quantile(t, 0.95):.2f} | "
+                         f"{np.median(t) / np.median(ms['off']):.2f} |")
+        lines.append("")
     for spec, by_point in sections:
         lines += [f"### `{spec}`", ""]
         if len(conv_ids) > 1:
@@ -203,6 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--doc-context", default="",
                     help="comma-separated word limits: turns shorter than that are encoded with the previous turn "
                          "(0 = every turn); compares stores, the mechanisms are not run")
+    ap.add_argument("--latency", type=int, default=0,
+                    help="also time every question's search under off and each mechanism point (best of this many)")
     ap.add_argument("--out", default="-", help="Markdown file to write, '-' = stdout only")
     args = ap.parse_args(argv)
     if not args.mechanism and not args.doc_context:

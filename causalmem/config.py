@@ -120,6 +120,9 @@ class Config:
     # retrieval (SPEC §4)
     rrf_k: int = 60
     lexical_weight: float = 0.18
+    # speaker match (causalmem/speakers.py): a query naming a speaker favours what that speaker said,
+    # candidates' scores x (1 + this); 0 = off. Measured in benchmarks/results/locomo_speaker.md
+    speaker_match: float = 0.0
     max_top_k: int = 1000
     # SQLite
     busy_timeout_ms: int = 30000

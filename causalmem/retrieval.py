@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import _kernels, entities, ingest, learning, metadata_filter, projection
+from . import _kernels, entities, ingest, learning, metadata_filter, projection, speakers
 from .config import Config
 from .store.base import ChunkRow, StoreBackend
 from .types import Chunk, Hit, to_timestamp
@@ -77,6 +77,11 @@ class RetrievalParams:
     entity_max_df: float = 0.02   # entity terms in more than this share of the documents are not followed
     entity_keyphrases: bool = False  # True: a seed's rare index terms (keyphrases) instead of its entity words
     entity_max_reach: bool = False   # True: a memory reached from several seeds gets the best seed's share only
+    # Speaker match (``speakers.speaker_match``): when the query names some but not all of the speakers of
+    # the best ``speaker_pool`` candidates, those a named speaker said are multiplied by 1 + speaker_match.
+    # 0 = off (``Config.speaker_match``).
+    speaker_match: float = 0.0
+    speaker_pool: int = 50
 
 
 PARAMS = RetrievalParams()
@@ -86,9 +91,10 @@ def _params_for(config: Config) -> RetrievalParams:
     """PARAMS with the retrieval knobs that live in ``Config`` (rrf_k, lexical_weight) applied."""
     rrf_k = getattr(config, "rrf_k", PARAMS.rrf_k)
     w_lex = getattr(config, "lexical_weight", PARAMS.w_lex)
-    if rrf_k == PARAMS.rrf_k and w_lex == PARAMS.w_lex:
+    spk = getattr(config, "speaker_match", PARAMS.speaker_match)
+    if rrf_k == PARAMS.rrf_k and w_lex == PARAMS.w_lex and spk == PARAMS.speaker_match:
         return PARAMS
-    return replace(PARAMS, rrf_k=rrf_k, w_lex=w_lex)
+    return replace(PARAMS, rrf_k=rrf_k, w_lex=w_lex, speaker_match=spk)
 
 
 def _check_args(query: Any, top_k: Any, channels: Any, fusion: Any, max_top_k: int) -> tuple[str, ...]:
@@ -232,6 +238,9 @@ def _ranked(views: Views, query: str, top_k: int, chans: tuple[str, ...], fusion
                                  act if "graph" in chans else None, table, views.now(), p)
             if views.config.q_rank:
                 scores = scores * usefulness(table.q[nids], views.config.q_init)
+        if p.speaker_match > 0:
+            pool = nids[np.lexsort((nids, -scores))[: max(p.speaker_pool, top_k)]]
+            scores = speakers.speaker_match(nids, scores, views.store.texts_of(pool.tolist()), query, p.speaker_match)
         order = np.lexsort((nids, -scores))
         pre = nids[order[: top_k * 3]]
         sup = views.store.superseded_chunks(pre.tolist())
