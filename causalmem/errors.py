@@ -56,7 +56,8 @@ def without_traceback(exc: BaseException) -> BaseException:
     A background thread keeps its last failure to report it later; with its traceback it would also keep
     every frame of the failed step alive, and their locals with them (a vector segment's mapped files,
     whole index snapshots) until the cyclic collector happens to run, past ``close()``."""
-    todo, seen = [exc], set()
+    todo: list[BaseException | None] = [exc]
+    seen: set[int] = set()
     while todo:
         e = todo.pop()
         if e is None or id(e) in seen:
