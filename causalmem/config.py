@@ -121,7 +121,7 @@ class Config:
     rrf_k: int = 60
     lexical_weight: float = 0.18
     # speaker match (causalmem/speakers.py): a query naming a speaker favours what that speaker said,
-    # candidates' scores x (1 + this); 0 = off. Measured in benchmarks/results/locomo_speaker.md
+    # candidates' scores x (1 + this); 0 = off. Measured in benchmarks/results/locomo_speaker_match.md
     speaker_match: float = 0.0
     max_top_k: int = 1000
     # SQLite

@@ -70,9 +70,8 @@ def speaker_match(nids: np.ndarray, scores: np.ndarray, texts: Sequence[tuple[in
     named = named_speakers(query, present)
     if not named or named == present:
         return scores
+    # never empty: every named speaker is one of the pool's
     favoured = np.fromiter((n for n, s in spoken.items() if s in named), dtype=np.int64)
-    if not len(favoured):
-        return scores
     out = np.asarray(scores, dtype=np.float64).copy()
     out[np.isin(nids, favoured)] *= 1.0 + weight
     return out

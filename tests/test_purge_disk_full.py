@@ -4,14 +4,12 @@ are gone and the rewrite is not done (``PurgeIncompleteError``), never "nothing 
 the same call again, once there is room, finishes the rewrite. A real full disk: a small tmpfs (root)."""
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
-import subprocess
 
 import pytest
 
 from causalmem import Memory, PurgeIncompleteError, StoreError
+from disk_full import fill, tmpfs
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root only)"),
@@ -20,38 +18,9 @@ pytestmark = [
 ]
 
 
-@contextlib.contextmanager
-def _tmpfs(path, size):
-    path.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
-
-
-def _fill(path, leave: int) -> None:
-    """Fill the file system of ``path`` to ENOSPC, then give ``leave`` bytes back."""
-    ballast = path / "ballast"
-    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    try:
-        size = 0
-        while True:
-            try:
-                size += os.write(fd, b"\0" * 4096)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC
-                break
-        os.ftruncate(fd, max(0, size - leave))
-    finally:
-        os.close(fd)
-
-
 @pytest.mark.timeout(120)
 def test_a_purge_whose_rewrite_finds_the_disk_full_says_what_was_done(tmp_path):
-    with _tmpfs(tmp_path / "disk", "8m") as disk:
+    with tmpfs(tmp_path / "disk", "8m") as disk:
         db = str(disk / "agent.db")
         with Memory(db, embedder=None) as m:
             keep = m.record_many([(f"decision {i} about the cache of service {i} " + "x" * 300,
@@ -60,7 +29,7 @@ def test_a_purge_whose_rewrite_finds_the_disk_full_says_what_was_done(tmp_path):
         assert os.path.getsize(db) > 1_000_000  # checkpointed into the file at close
         m = Memory(db, embedder=None)
         try:
-            _fill(disk, leave=256 * 1024)  # room for the deletion's log pages, not for a copy of the file
+            fill(disk, leave=256 * 1024)  # room for the deletion's log pages, not for a copy of the file
             with pytest.raises(PurgeIncompleteError) as info:
                 m.delete_all(user_id="alice", purge=True)
             err = info.value

@@ -7,11 +7,12 @@ import contextlib
 import errno
 import gc
 import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from disk_full import fill, tmpfs
 
 from causalmem.errors import without_traceback
 from causalmem.vector_core import VectorIndex
@@ -19,36 +20,6 @@ from causalmem.vector_files import SegmentWriter, fold_segment
 from causalmem.vector_segments import usearch_available
 
 DIM = 16
-
-
-@contextlib.contextmanager
-def _tmpfs(path: Path, size: str):
-    path.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("mounts a small tmpfs (root only)")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
-
-
-def _fill(path: Path) -> None:
-    fd = os.open(path / "ballast", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    try:
-        while True:
-            try:
-                os.write(fd, b"\0" * 65536)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC
-                break
-        while True:  # the last few bytes too
-            try:
-                os.write(fd, b"\0")
-            except OSError:
-                break
-    finally:
-        os.close(fd)
 
 
 def _open_under(d: Path) -> list[str]:
@@ -68,10 +39,10 @@ def _rows(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def test_abort_on_a_full_disk_removes_the_files_and_does_not_raise(tmp_path: Path) -> None:
-    with _tmpfs(tmp_path / "disk", "2m") as disk:
+    with tmpfs(tmp_path / "disk", "2m") as disk:
         d = disk / "m.db.idx"
         w = SegmentWriter(VectorIndex(DIM), d) if usearch_available() else pytest.skip("no usearch")
-        _fill(disk)
+        fill(disk)
         ids, m, h = _rows(8, 1)
         with contextlib.suppress(OSError):
             w.add(ids, m, h)  # buffered: the write itself may not reach the disk yet
@@ -83,7 +54,7 @@ def test_abort_on_a_full_disk_removes_the_files_and_does_not_raise(tmp_path: Pat
 def test_a_fold_on_a_full_disk_fails_and_leaves_neither_files_nor_descriptors(tmp_path: Path) -> None:
     if not usearch_available():
         pytest.skip("no usearch")
-    with _tmpfs(tmp_path / "disk", "4m") as disk:
+    with tmpfs(tmp_path / "disk", "4m") as disk:
         d = disk / "m.db.idx"
         vi = VectorIndex(DIM, ann_min=10)
         w = SegmentWriter(vi, d)
@@ -92,7 +63,7 @@ def test_a_fold_on_a_full_disk_fails_and_leaves_neither_files_nor_descriptors(tm
         seg = w.finish("model")
         assert seg.path is not None and seg.gen is not None
         before = sorted(p.name for p in d.iterdir())
-        _fill(disk)
+        fill(disk)
         ids2, m2, h2 = _rows(3000, 2)
         gc.disable()
         try:
