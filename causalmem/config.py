@@ -123,6 +123,11 @@ class Config:
     # speaker match (causalmem/speakers.py): a query naming a speaker favours what that speaker said,
     # candidates' scores x (1 + this); 0 = off. Measured in benchmarks/results/locomo_speaker_match.md
     speaker_match: float = 0.0
+    # date match (causalmem/dates.py): a query naming a date (a day, a month, a year) favours the memories
+    # whose event time falls within ``date_slack_days`` of it, candidates' scores x (1 + this); 0 = off.
+    # Measured in benchmarks/results/locomo_date_match.md
+    date_match: float = 0.0
+    date_slack_days: float = 7.0
     max_top_k: int = 1000
     # SQLite
     busy_timeout_ms: int = 30000
@@ -186,6 +191,10 @@ class Config:
         if isinstance(self.transfer_links, bool) or not isinstance(self.transfer_links, int) \
                 or not 0 <= self.transfer_links <= 64:
             raise ValueError(f"transfer_links must be an integer in [0, 64], got {self.transfer_links!r}")
+        for name in ("date_match", "date_slack_days"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < float("inf"):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
         if not 1 <= self.reinforce_batch <= self.reinforce_queue_max:
             raise ValueError(f"reinforce_batch must be in [1, reinforce_queue_max], got {self.reinforce_batch}")
         if self.vector_ann_min is not None and (isinstance(self.vector_ann_min, bool)

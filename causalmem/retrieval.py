@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import _kernels, entities, ingest, learning, metadata_filter, projection, speakers
+from . import _kernels, dates, entities, ingest, learning, metadata_filter, projection, speakers
 from .config import Config
 from .store.base import ChunkRow, StoreBackend
 from .types import Chunk, Hit, to_timestamp
@@ -82,6 +82,11 @@ class RetrievalParams:
     # 0 = off (``Config.speaker_match``).
     speaker_match: float = 0.0
     speaker_pool: int = 50
+    # Date match (``dates.date_match``): when the query names a date (a day, a month, a year), the candidates
+    # whose event time (else creation time) falls in it, widened by ``date_slack_days`` each side, are
+    # multiplied by 1 + date_match. 0 = off (``Config.date_match``).
+    date_match: float = 0.0
+    date_slack_days: float = 7.0
 
 
 PARAMS = RetrievalParams()
@@ -92,9 +97,12 @@ def _params_for(config: Config) -> RetrievalParams:
     rrf_k = getattr(config, "rrf_k", PARAMS.rrf_k)
     w_lex = getattr(config, "lexical_weight", PARAMS.w_lex)
     spk = getattr(config, "speaker_match", PARAMS.speaker_match)
-    if rrf_k == PARAMS.rrf_k and w_lex == PARAMS.w_lex and spk == PARAMS.speaker_match:
+    dm = getattr(config, "date_match", PARAMS.date_match)
+    slack = getattr(config, "date_slack_days", PARAMS.date_slack_days)
+    if (rrf_k, w_lex, spk, dm, slack) == (PARAMS.rrf_k, PARAMS.w_lex, PARAMS.speaker_match, PARAMS.date_match,
+                                          PARAMS.date_slack_days):
         return PARAMS
-    return replace(PARAMS, rrf_k=rrf_k, w_lex=w_lex, speaker_match=spk)
+    return replace(PARAMS, rrf_k=rrf_k, w_lex=w_lex, speaker_match=spk, date_match=dm, date_slack_days=slack)
 
 
 def _check_args(query: Any, top_k: Any, channels: Any, fusion: Any, max_top_k: int) -> tuple[str, ...]:
@@ -241,6 +249,10 @@ def _ranked(views: Views, query: str, top_k: int, chans: tuple[str, ...], fusion
         if p.speaker_match > 0:
             pool = nids[np.lexsort((nids, -scores))[: max(p.speaker_pool, top_k)]]
             scores = speakers.speaker_match(nids, scores, views.store.texts_of(pool.tolist()), query, p.speaker_match)
+        if p.date_match > 0:
+            et = table.event_time[nids]
+            scores = dates.date_match(nids, scores, np.where(np.isnan(et), table.created_at[nids], et), query,
+                                      p.date_match, p.date_slack_days)
         order = np.lexsort((nids, -scores))
         pre = nids[order[: top_k * 3]]
         sup = views.store.superseded_chunks(pre.tolist())
