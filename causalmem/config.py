@@ -124,10 +124,10 @@ class Config:
     # candidates' scores x (1 + this); 0 = off. Measured in benchmarks/results/locomo_speaker_match.md
     speaker_match: float = 0.0
     # date match (causalmem/dates.py): a query naming a date (a day, a month, a year) favours the memories
-    # whose event time falls within ``date_slack_days`` of it, candidates' scores x (1 + this); 0 = off.
-    # Measured in benchmarks/results/locomo_date_match.md
+    # whose event time falls in it (widened by ``date_slack_days`` each side), candidates' scores x (1 + this);
+    # 0 = off. Measured in benchmarks/results/locomo_date_match.md
     date_match: float = 0.0
-    date_slack_days: float = 7.0
+    date_slack_days: float = 0.0
     max_top_k: int = 1000
     # SQLite
     busy_timeout_ms: int = 30000

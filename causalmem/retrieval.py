@@ -86,7 +86,7 @@ class RetrievalParams:
     # whose event time (else creation time) falls in it, widened by ``date_slack_days`` each side, are
     # multiplied by 1 + date_match. 0 = off (``Config.date_match``).
     date_match: float = 0.0
-    date_slack_days: float = 7.0
+    date_slack_days: float = 0.0
 
 
 PARAMS = RetrievalParams()

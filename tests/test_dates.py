@@ -97,6 +97,18 @@ def test_search_date_match_puts_the_named_days_turn_first(tmp_path, embedder, ch
     assert [h.id for h in plain_on] == [h.id for h in plain_off]  # a query naming no date: the same hits
 
 
+def test_search_date_slack_reaches_a_turn_told_days_after_the_named_day(tmp_path, embedder):
+    path = tmp_path / "m.db"
+    _store(path, embedder)
+    q = "What painting did Melanie show on 10 October, 2023?"  # nothing was said that day; the turn is of the 13th
+    got = {}
+    for slack in (0.0, 7.0):
+        with Memory(path, embedder=embedder, config=Config(date_match=4.0, date_slack_days=slack)) as mem:
+            got[slack] = mem.search(q, top_k=2, user_id="u", reinforce=False)
+    assert got[0.0][0].text.startswith("Melanie: I painted a lake")
+    assert got[7.0][0].text == "Melanie: " + SESSIONS[1][1][0][1]
+
+
 def test_config_date_match_is_off_by_default_and_checked_by_name():
     assert Config().date_match == 0.0
     assert Config(date_match=4, date_slack_days=0).date_slack_days == 0
