@@ -1,0 +1,117 @@
+"""Per-tenant views on PostgreSQL (``view_pool``): a search, causal query or write that names a
+``user_id`` uses views holding only that user's rows. They must answer exactly as a single-process
+``Memory`` holding only that tenant, under any budget, and never show another tenant's rows."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from causalmem import Config, Memory
+
+T0 = 1_700_000_000.0
+WORDS = ("kafka lag deploy rollback cache redis index vacuum latency invoice refund ticket alert pager "
+         "migration schema replica backup quota token login session checkout payment webhook retry").split()
+
+
+SCOPED = Config(scoped_views=True)
+
+
+def clock() -> float:
+    return T0
+
+
+def answer(mem: Memory, query: str, user: str, agent: str | None = None) -> list[tuple[str, float]]:
+    hits = mem.search(query, user_id=user, agent_id=agent, top_k=8, reinforce=False)
+    return [(h.text, round(h.score, 9)) for h in hits]
+
+
+def causal_answer(mem: Memory, query: str, user: str) -> list[tuple[str, float]]:
+    return [(a.text, round(a.energy, 9)) for a in mem.search_causal(query, user_id=user, limit=5)]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_tenant_views_answer_like_a_memory_holding_only_that_tenant(pg_dsn, tmp_path, seed):
+    rng = random.Random(seed)
+    tenants = [f"u{i}" for i in range(6)]
+    a = Memory(pg_dsn, embedder=None, clock=clock, config=SCOPED)  # default budget
+    b = Memory(pg_dsn, embedder=None, clock=clock, views_budget_mb=0.05, config=SCOPED)  # evicts almost every call
+    refs = {u: Memory(str(tmp_path / f"{u}.db"), embedder=None, clock=clock) for u in tenants}
+    try:
+        compared = 0
+        for step in range(120):
+            user = rng.choice(tenants)
+
+            writer = rng.choice((a, b))
+            agent = rng.choice((None, "ag1", "ag2"))
+            roll = rng.random()
+            if roll < 0.3:
+                texts = [f"{user} step {step} " + " ".join(rng.sample(WORDS, 4)) for _ in range(rng.randint(1, 3))]
+                for m in (writer, refs[user]):
+                    m.add(texts, user_id=user, agent_id=agent, link=False)
+            elif roll < 0.4:
+                d, o = " ".join(rng.sample(WORDS, 2)), " ".join(rng.sample(WORDS, 2))
+                for m in (writer, refs[user]):
+                    m.record_decision(f"{user} did {d}", f"{user} saw {o}", user_id=user, agent_id=agent)
+            elif roll < 0.45:
+                value = " ".join(rng.sample(WORDS, 2))
+                for m in (writer, refs[user]):
+                    m.add_fact(f"{user} key {step % 3}", value, user_id=user, replace_same_key=True)
+            else:
+                query = " ".join(rng.sample(WORDS, 2))
+                reader = rng.choice((a, b))
+                want = answer(refs[user], query, user, agent)
+                assert answer(reader, query, user, agent) == want, (step, user, query)
+                if rng.random() < 0.3:
+                    assert causal_answer(reader, query, user) == causal_answer(refs[user], query, user)
+                compared += 1
+        assert compared > 40
+        assert b._pool is not None and b._pool.evictions > 0  # the tiny budget did evict
+        assert a._pool is not None and a._pool.evictions == 0
+    finally:
+        for m in (a, b, *refs.values()):
+            m.close()
+
+
+def test_a_tenant_never_sees_another_tenants_rows(pg_dsn):
+    with Memory(pg_dsn, embedder=None, config=SCOPED) as a, \
+            Memory(pg_dsn, embedder=None, views_budget_mb=0.01, config=SCOPED) as b:
+        a.add(["only alice knows the vault code"], user_id="alice", link=False)
+        b.add(["bob keeps the garden shed key"], user_id="bob", link=False)
+        a.record_decision("alice opened the vault", "the alarm rang", user_id="alice")
+        for m in (a, b):
+            assert [h.text for h in m.search("vault code alarm", user_id="bob")] == []
+            assert all(h.user_id == "alice" for h in m.search("vault alarm garden shed", user_id="alice"))
+            assert [h.user_id for h in m.search("garden shed", user_id="bob")] == ["bob"]
+            assert m.search_causal("alice opened the vault", user_id="bob") == []
+            assert [x.text for x in m.search_causal("alice opened the vault", user_id="alice")] == ["the alarm rang"]
+        # the whole-store views (no user_id) still see both, after the scoped writes
+        assert {h.user_id for h in a.search("vault garden", top_k=5)} == {"alice", "bob"}
+
+
+def test_another_connections_write_reaches_the_tenant_views(pg_dsn):
+    with Memory(pg_dsn, embedder=None, config=SCOPED) as a, Memory(pg_dsn, embedder=None, config=SCOPED) as b:
+        a.add(["first note about kafka"], user_id="t1", link=False)
+        assert [h.text for h in b.search("kafka", user_id="t1")] == ["first note about kafka"]
+        a.add(["second note about kafka"], user_id="t1", link=False)
+        a.add(["a kafka note of t2"], user_id="t2", link=False)
+        assert sorted(h.text for h in b.search("kafka", user_id="t1")) == ["first note about kafka",
+                                                                            "second note about kafka"]
+        hit = b.search("second", user_id="t1")[0]
+        a.delete(hit.id)  # a write without a user_id (the whole-store views) reaches the tenant's views
+        assert [h.text for h in b.search("kafka", user_id="t1")] == ["first note about kafka"]
+        assert [h.text for h in a.search("kafka", user_id="t1")] == ["first note about kafka"]
+
+
+@pytest.mark.parametrize("bad", [0, -1, math.nan, math.inf, "64", True])
+def test_a_bad_views_budget_is_refused_naming_the_argument(tmp_path, bad):
+    with pytest.raises((TypeError, ValueError), match="views_budget_mb"):
+        Memory(str(tmp_path / "m.db"), embedder=None, views_budget_mb=bad)
+
+
+def test_without_scoped_views_every_call_uses_the_whole_store_views(pg_dsn):
+    with Memory(pg_dsn, embedder=None) as m:
+        m.add(["a note of t1"], user_id="t1", link=False)
+        assert [h.text for h in m.search("note", user_id="t1")] == ["a note of t1"]
+        assert m._pool.views == {} and m._views.chunks is not None
