@@ -125,7 +125,7 @@ class Memory:
         """Record that ``decision`` led to ``outcome`` (one transaction); returns the new edge."""
         a = w.validated_record(decision, outcome, relation, source, confidence, polarity, task_tag, event_time,
                                user_id, agent_id, run_id)
-        with self._pool.scope(user_id, wrote=True) as views, views.write() as fx:  # vectors: the background worker
+        with self._pool.writing(user_id) as views, views.write() as fx:  # vectors: the background worker
             return w.record_batch(views, fx, [a])[0]
 
     def record_many(self, items: Iterable[Any]) -> list[Edge]:
@@ -155,7 +155,7 @@ class Memory:
         ingest.check_text(value, "value")
         conf = ingest.check_confidence(confidence)
         scope = w.check_scope(user_id, agent_id, run_id)
-        with self._pool.scope(user_id, wrote=True) as views, views.write() as fx:
+        with self._pool.writing(user_id) as views, views.write() as fx:
             cid = w.add_fact(views, fx, key, value, scope, confidence=conf, vec=None,
                              replace_same_key=replace_same_key)
         return self.get(cid)
@@ -245,7 +245,7 @@ class Memory:
             raise ConfigurationError(
                 "add(..., infer=True) needs an LLM distiller: pass Memory(distiller=LLMDistiller(...)) or set "
                 "CAUSALMEM_LLM_BASE_URL and use causalmem.LLMDistiller.from_env()")
-        with self._pool.scope(user_id, wrote=True) as views:
+        with self._pool.writing(user_id) as views:
             return w.add_messages(views, turns, distiller=self.distiller, infer=infer, scope=scope,
                                   session_id=session_id, metadata=metadata, event_time=et, link=link,
                                   dedupe=dedupe)

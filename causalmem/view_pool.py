@@ -26,12 +26,11 @@ import numpy as np
 from .store.postgres_scoped import ScopedStore, tenant_changes
 from .views import Views
 
-__all__ = ["ViewPool", "DEFAULT_BUDGET_MB", "estimate_bytes", "whole_views_stale"]
+__all__ = ["ViewPool", "DEFAULT_BUDGET_MB", "estimate_bytes"]
 
 #: ``Memory(dsn, views_budget_mb=...)``'s default: the per-scope views a worker keeps, in MB
 DEFAULT_BUDGET_MB = 96.0
 
-_EDGE_KINDS = ("ei", "eu", "ed")
 _GONE_KINDS = ("cd", "ed", "vd")  # rows deleted for good: which tenant they were is not known
 
 
@@ -65,14 +64,6 @@ def estimate_bytes(views: Views) -> int:
                (views.chunks, views.lexical, views.projection, views.vector_view.index))
 
 
-def whole_views_stale(v: Views) -> None:
-    """A write through a tenant's views is this process's own commit, which the whole-store views do
-    not follow: their tables are dropped, rebuilt by the next call without a ``user_id``."""
-    v.chunks = v.lexical = v.vectors = None
-    v.projection.mark_stale()
-    v.meta_cache.clear()
-
-
 class ViewPool:
     """``user_id`` -> ``Views`` of that tenant, kept in step and under a byte budget (module docstring)."""
 
@@ -89,31 +80,29 @@ class ViewPool:
         self.budget_bytes = int((DEFAULT_BUDGET_MB if budget_mb is None else budget_mb) * 1024 * 1024)
         self.views: collections.OrderedDict[str, Views] = collections.OrderedDict()
         self.sizes: dict[str, int] = {}
-        self.own: dict[int, str] = {}  # change seq -> the tenant whose pooled views committed it
         self.cursor: int | None = None
         self.evictions = 0
         self.builds = 0
 
     # ------------------------------------------------------------------ the change log, once per call
     def sync(self) -> None:
-        """Hand every pooled views the changes to its tenant's rows committed since the last look."""
+        """Hand every pooled views the changes to its tenant's rows committed since the last look (by any
+        connection, this one's own writes through the whole-store views included): one round trip."""
         after = self.cursor
         if after is None or not self.views:
             self.cursor = int(self.store.change_seq())
-            self.own.clear()
             return
         upto, floor, rows = tenant_changes(self.store, after)
         if upto == after:
             return
+        self.whole.sync_external()  # the wrapped store's row cache hears of the same commits first
         if floor is not None and after < floor:  # the log no longer reaches back: re-read every scope
             for v in self.views.values():
                 self._scoped(v).deliver(None)
         else:
             by_user: dict[str | None, dict[str, set[int]]] = {}
             gone: dict[str, set[int]] = {}
-            for seq, kind, key, user in rows:
-                if user is not None and self.own.get(seq) == user:
-                    continue  # the tenant's own views made this commit: applied already
+            for _seq, kind, key, user in rows:
                 if user is None and kind in _GONE_KINDS:
                     gone.setdefault(kind, set()).add(key)
                     continue
@@ -124,7 +113,6 @@ class ViewPool:
                     delta = {**delta, **{k: delta.get(k, set()) | keys for k, keys in gone.items()}}
                 self._scoped(v).deliver(delta)
         self.cursor = upto
-        self.own = {s: u for s, u in self.own.items() if s > upto}
 
     @staticmethod
     def _scoped(v: Views) -> ScopedStore:
@@ -134,15 +122,26 @@ class ViewPool:
 
     # ------------------------------------------------------------------ the pool
     @contextlib.contextmanager
-    def scope(self, user_id: str | None, *, wrote: bool = False) -> Iterator[Views]:
-        """The views a call on ``user_id`` uses: the tenant's own (PostgreSQL), else the whole store's."""
+    def scope(self, user_id: str | None) -> Iterator[Views]:
+        """The views a read on ``user_id`` uses: the tenant's own (PostgreSQL), else the whole store's."""
         if not self.enabled or user_id is None:
             yield self.whole
             return
         try:
             yield self.get(user_id)
         finally:
-            self.done(user_id, wrote=wrote)
+            self.done(user_id)
+
+    @contextlib.contextmanager
+    def writing(self, user_id: str | None) -> Iterator[Views]:
+        """The views a write uses: always the whole store's (stored nids); the tenant's queued search
+        reinforcement is written first, as a whole-store views writes its own in its next write."""
+        if self.enabled and user_id is not None:
+            with self.lock:
+                v = self.views.get(user_id)
+                if v is not None and v.reinforcement.queued:
+                    v.flush_reinforcement()
+        yield self.whole
 
     def get(self, user_id: str) -> Views:
         """The views of ``user_id``, in step with the store (built now on a first touch)."""
@@ -158,17 +157,12 @@ class ViewPool:
             self.views.move_to_end(user_id)
             return v
 
-    def done(self, user_id: str, *, wrote: bool = False) -> None:
-        """A call on ``user_id``'s views ended: its commit is its own, its size counted, the pool trimmed."""
+    def done(self, user_id: str) -> None:
+        """A call on ``user_id``'s views ended: its size counted, the pool trimmed."""
         with self.lock:
             v = self.views.get(user_id)
             if v is None:
                 return
-            if wrote:
-                seq = getattr(self.store, "committed_seq", None)
-                if seq is not None:
-                    self.own[int(seq)] = user_id
-                whole_views_stale(self.whole)
             self.sizes[user_id] = estimate_bytes(v)
             self.trim()
 

@@ -115,3 +115,44 @@ def test_without_scoped_views_every_call_uses_the_whole_store_views(pg_dsn):
         m.add(["a note of t1"], user_id="t1", link=False)
         assert [h.text for h in m.search("note", user_id="t1")] == ["a note of t1"]
         assert m._pool.views == {} and m._views.chunks is not None
+
+
+def test_tenant_views_are_sized_to_the_tenant_and_start_no_threads(pg_dsn):
+    import threading
+
+    with Memory(pg_dsn, embedder=None, config=SCOPED) as m:
+        for i in range(40):  # interleaved: the small tenants' stored nids are spread over the whole range
+            m.add([f"big tenant note {i} about kafka"], user_id="big", link=False)
+            if i % 8 == 0:
+                m.add([f"small tenant note {i} about kafka"], user_id="small", link=False)
+        m.record_decision("small tenant rolled back", "small tenant latency fell", user_id="small")
+        before = threading.active_count()
+        assert len(m.search("kafka", user_id="small", top_k=20, reinforce=False)) == 5
+        assert m.search_causal("small tenant rolled back", user_id="small")
+        for u in range(20):
+            m.search("kafka", user_id=f"nobody{u}", reinforce=False)
+        assert threading.active_count() == before  # pooled views run nothing in the background
+        v = m._pool.views["small"]
+        assert v.chunks is not None and v.chunks.n == 7  # 5 notes, a decision and its outcome: local ids 0..6
+        assert v.projection.n_nodes <= 7
+        assert m._views.chunks is None  # the whole-store views were never built
+
+
+def test_search_reinforcement_through_tenant_views_reaches_the_tenants_rows(pg_dsn, tmp_path):
+    with Memory(pg_dsn, embedder=None, clock=clock, config=SCOPED) as m, \
+            Memory(str(tmp_path / "ref.db"), embedder=None, clock=clock) as ref:
+        m.add(["filler row of another tenant"] * 1, user_id="other", link=False)
+        for mem in (m, ref):
+            mem.add(["alpha kafka note", "beta kafka note", "gamma redis note"], user_id="u", link=False)
+        for _ in range(3):
+            for mem in (m, ref):
+                mem.search("kafka note", user_id="u", top_k=2)
+        for mem in (m, ref):
+            mem.add(["delta later note"], user_id="u", link=False)  # writes the queued reinforcement first
+        m.flush()
+        ref.flush()
+        assert answer(m, "kafka note", "u") == answer(ref, "kafka note", "u")
+        got = {h.text: m.get(h.id).access_count for h in m.search("note", user_id="u", top_k=8, reinforce=False)}
+        want = {h.text: ref.get(h.id).access_count for h in ref.search("note", user_id="u", top_k=8, reinforce=False)}
+        assert got == want and max(got.values()) == 3
+        assert [m.get(h.id).access_count for h in m.search("filler", user_id="other", reinforce=False)] == [0]
