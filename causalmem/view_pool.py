@@ -92,8 +92,6 @@ class ViewPool:
         if after is None or not self.views:
             self.cursor = int(self.store.change_seq())
             return
-        if int(self.store.change_seq()) == after:  # the common case: one indexed single-row read
-            return
         upto, floor, rows = tenant_changes(self.store, after)
         if upto == after:
             return

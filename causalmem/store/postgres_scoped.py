@@ -261,18 +261,18 @@ class ScopedStore:
 
 
 def tenant_changes(base: Any, after: int) -> tuple[int, int | None, list[tuple[int, str, int, str | None]]]:
-    """The change log after sequence value ``after``, in one round trip: the newest value, the log's
-    floor, and each (seq, kind, key, ``user_id`` of the key's row: a chunk's own, an edge's source's;
-    None when the row is gone for good or has no user)."""
+    """The change log after sequence value ``after``: the newest value, the log's floor, and each (seq,
+    kind, key, ``user_id`` of the key's row: a chunk's own, an edge's source's; None when the row is
+    gone for good or has no user). One single-row read when nothing changed; else a second statement
+    bounded by literal sequence values (so the log's index on ``seq`` is used, not a scan of the log)."""
+    (upto, floor), = base.query("SELECT seq, log_floor FROM causalmem_state")
+    upto = int(upto)
+    if upto == int(after):
+        return upto, None if floor is None else int(floor), []
     rows = base.query(
-        "SELECT s.seq, s.log_floor, ch.seq, ch.kind, ch.key, COALESCE(c.user_id, ce.user_id) "
-        "FROM causalmem_state s LEFT JOIN LATERAL (SELECT seq, kind, unnest(keys) AS key FROM changes "
-        "WHERE seq > %s AND seq <= s.seq) ch ON TRUE "
+        "SELECT ch.seq, ch.kind, ch.key, COALESCE(c.user_id, ce.user_id) "
+        "FROM (SELECT seq, kind, unnest(keys) AS key FROM changes WHERE seq > %s AND seq <= %s) ch "
         "LEFT JOIN chunks c ON ch.kind NOT IN ('ei', 'eu', 'ed') AND c.nid = ch.key "
         "LEFT JOIN edges e ON ch.kind IN ('ei', 'eu', 'ed') AND e.eid = ch.key "
-        "LEFT JOIN chunks ce ON ce.nid = e.src", (int(after),))
-    if not rows:
-        return int(after), None, []
-    upto, floor = int(rows[0][0]), rows[0][1]
-    return upto, None if floor is None else int(floor), [
-        (int(r[2]), str(r[3]), int(r[4]), r[5]) for r in rows if r[2] is not None]
+        "LEFT JOIN chunks ce ON ce.nid = e.src", (int(after), upto))
+    return upto, None if floor is None else int(floor), [(int(r[0]), str(r[1]), int(r[2]), r[3]) for r in rows]
