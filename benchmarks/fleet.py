@@ -126,6 +126,8 @@ def worker(idx: int, dsn: str, tenants: int, seconds: float, zipf: float, model:
         ready.set()  # the probes start once this worker answers
     cold: list[float] = []
     warm: list[float] = []
+    rebuilt: list[float] = []  # seen before, its views evicted since: built again
+    pool = getattr(m, "_pool", None)
     writes: list[float] = []
     lags: list[float] = []
     heard: list[float] = []
@@ -139,10 +141,11 @@ def worker(idx: int, dsn: str, tenants: int, seconds: float, zipf: float, model:
         uid = f"t{tenant}"
         if rng.random() < 0.8:
             q = tenant_query(tenant, rng)
+            pooled = pool is None or not pool.enabled or uid in pool.views  # views held before the call
             t0 = time.perf_counter()
             m.search(q, user_id=uid, top_k=5, reinforce=reinforce)
             dt = time.perf_counter() - t0
-            (warm if tenant in seen else cold).append(dt)
+            (cold if tenant not in seen else warm if pooled else rebuilt).append(dt)
         else:
             t0 = time.perf_counter()
             m.add(f"tenant {tenant} worker {idx} wrote {n}: " + " ".join(rng.sample(WORDS, 6)), user_id=uid,
@@ -168,11 +171,10 @@ def worker(idx: int, dsn: str, tenants: int, seconds: float, zipf: float, model:
                     lag_first_try += tries == 1
                     break
     rss.append((time.perf_counter() - t_start, rss_mb()))
-    pool = getattr(m, "_pool", None)
     evictions = pool.evictions if pool is not None else 0
     builds = pool.builds if pool is not None else 0
     m.close()
-    out.put({"evictions": evictions, "builds": builds, "worker": idx, "open_s": t_open, "first_search_s": t_first, "cold": cold, "warm": warm,
+    out.put({"evictions": evictions, "builds": builds, "worker": idx, "open_s": t_open, "first_search_s": t_first, "cold": cold, "warm": warm, "rebuilt": rebuilt,
              "writes": writes, "lags": lags, "heard": heard, "lag_first_try": lag_first_try, "rss": rss, "ops": n})
 
 

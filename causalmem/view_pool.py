@@ -3,16 +3,17 @@
 A worker serving many tenants holds the chunk table, BM25 index, vector index and projection of the
 tenants it served last, not of the whole database. Each pooled ``Views`` sits on a
 ``store.postgres_scoped.ScopedStore`` (the rows of one ``user_id``), is built on its first use from the
-database and kept in step from the change log: before every scoped call the pool reads what was
-committed since its last look (one round trip: the change-log keys and the ``user_id`` of each key's
-row) and hands each tenant's views the keys of its rows, leaving out the commits that views made
-itself. The estimated bytes of every pooled views (the arrays they hold) are kept under
+database and kept in step from the per-tenant change log: before every call on a tenant the pool
+reads what was committed to that tenant's rows since its views last looked (one indexed round trip,
+``store.postgres_scoped.tenant_log``; other tenants' writes cost it nothing) and hands the keys to the
+tenant's store, which the views then patch in as they patch another host's commits. The estimated
+bytes of every pooled views (the arrays they hold, the rows read for searches) are kept under
 ``budget_bytes``: past it, the least recently used views are closed (their queued reinforcement
 written first). A tenant is a ``user_id``; ``agent_id`` and ``run_id`` narrow a call inside its views
 as they narrow a whole-store search, so BM25's statistics come from the tenant's rows.
 
-A write made through pooled views is this process's own commit, which the whole-store views (the
-unscoped calls) would not see: their tables are dropped, to be rebuilt by the next unscoped call.
+Writes go through the whole-store views (stored nids, the write path unchanged) and reach the
+tenant's pooled views through the same log, like any other connection's commit.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .store.postgres_scoped import ScopedStore, tenant_changes
+from .errors import StoreError
+from .store.postgres_scoped import ScopedStore, tenant_log
 from .views import Views
 
 __all__ = ["ViewPool", "DEFAULT_BUDGET_MB", "estimate_bytes"]
@@ -31,7 +33,6 @@ __all__ = ["ViewPool", "DEFAULT_BUDGET_MB", "estimate_bytes"]
 #: ``Memory(dsn, views_budget_mb=...)``'s default: the per-scope views a worker keeps, in MB
 DEFAULT_BUDGET_MB = 96.0
 
-_GONE_KINDS = ("cd", "ed", "vd")  # rows deleted for good: which tenant they were is not known
 
 
 def _array_bytes(obj: Any, depth: int, seen: set[int]) -> int:
@@ -60,8 +61,9 @@ def estimate_bytes(views: Views) -> int:
     """The bytes a ``Views`` holds in its chunk table, BM25 index, projection and vector index (their
     arrays, and a rough 100 bytes per entry of their dictionaries)."""
     seen: set[int] = set()
-    return sum(_array_bytes(part, 3, seen) for part in
-               (views.chunks, views.lexical, views.projection, views.vector_view.index))
+    cached = getattr(views.store, "rows", None)  # a ScopedStore's rows read for searches (~400 bytes each)
+    return 400 * len(cached or ()) + sum(_array_bytes(part, 3, seen) for part in
+                                         (views.chunks, views.lexical, views.projection, views.vector_view.index))
 
 
 class ViewPool:
@@ -80,39 +82,26 @@ class ViewPool:
         self.budget_bytes = int((DEFAULT_BUDGET_MB if budget_mb is None else budget_mb) * 1024 * 1024)
         self.views: collections.OrderedDict[str, Views] = collections.OrderedDict()
         self.sizes: dict[str, int] = {}
-        self.cursor: int | None = None
         self.evictions = 0
         self.builds = 0
 
-    # ------------------------------------------------------------------ the change log, once per call
-    def sync(self) -> None:
-        """Hand every pooled views the changes to its tenant's rows committed since the last look (by any
-        connection, this one's own writes through the whole-store views included): one round trip."""
-        after = self.cursor
-        if after is None or not self.views:
-            self.cursor = int(self.store.change_seq())
-            return
-        upto, floor, rows = tenant_changes(self.store, after)
+    # ------------------------------------------------------------------ the tenant's change log, once per call
+    def catch_up(self, scoped: ScopedStore) -> None:
+        """Hand one tenant's store the changes to its rows committed since its last look, by any
+        connection (this process's own writes through the whole-store views included): one indexed read
+        of the per-tenant change log (``tenant_log``), whatever the other tenants wrote meanwhile."""
+        after = scoped.cursor
+        upto, floor, rows = tenant_log(self.store, scoped.user_id, after)
         if upto == after:
             return
-        self.whole.sync_external()  # the wrapped store's row cache hears of the same commits first
-        if floor is not None and after < floor:  # the log no longer reaches back: re-read every scope
-            for v in self.views.values():
-                self._scoped(v).deliver(None)
+        if floor is not None and after < floor:  # the log no longer reaches back: re-read the scope
+            scoped.deliver(None)
         else:
-            by_user: dict[str | None, dict[str, set[int]]] = {}
-            gone: dict[str, set[int]] = {}
-            for _seq, kind, key, user in rows:
-                if user is None and kind in _GONE_KINDS:
-                    gone.setdefault(kind, set()).add(key)
-                    continue
-                by_user.setdefault(user, {}).setdefault(kind, set()).add(key)
-            for uid, v in self.views.items():
-                delta = by_user.get(uid, {})
-                if gone:
-                    delta = {**delta, **{k: delta.get(k, set()) | keys for k, keys in gone.items()}}
-                self._scoped(v).deliver(delta)
-        self.cursor = upto
+            delta: dict[str, set[int]] = {}
+            for _seq, kind, keys in rows:
+                delta.setdefault(kind, set()).update(keys)
+            scoped.deliver(delta)
+        scoped.cursor = upto
 
     @staticmethod
     def _scoped(v: Views) -> ScopedStore:
@@ -146,14 +135,16 @@ class ViewPool:
     def get(self, user_id: str) -> Views:
         """The views of ``user_id``, in step with the store (built now on a first touch)."""
         with self.lock:
-            self.sync()
             v = self.views.get(user_id)
             if v is None:
-                v = Views(ScopedStore(self.store, user_id), self.config, self.clock, embedder=self.embedder,
-                          lock=self.lock)
+                scoped = ScopedStore(self.store, user_id)
+                scoped.cursor = int(self.store.change_seq())  # read before the build reads the rows
+                v = Views(scoped, self.config, self.clock, embedder=self.embedder, lock=self.lock)
                 self.views[user_id] = v
                 self.sizes[user_id] = 0
                 self.builds += 1
+            else:
+                self.catch_up(self._scoped(v))
             self.views.move_to_end(user_id)
             return v
 
@@ -171,8 +162,18 @@ class ViewPool:
         while len(self.views) > 1 and sum(self.sizes.values()) > self.budget_bytes:
             uid, v = self.views.popitem(last=False)
             self.sizes.pop(uid, None)
-            v.close()
+            self._close(v)
             self.evictions += 1
+
+    @staticmethod
+    def _close(v: Views) -> None:
+        """Close pooled views, their queued search reinforcement written first (``Views.close`` marks
+        the views closed before it flushes, which a pooled views' own write would then refuse)."""
+        try:
+            v.flush_reinforcement(wait=True)
+        except StoreError as exc:
+            v.reinforcement.drop(str(exc))
+        v.close()
 
     @property
     def bytes(self) -> int:
@@ -182,5 +183,5 @@ class ViewPool:
         with self.lock:
             while self.views:
                 _, v = self.views.popitem(last=False)
-                v.close()
+                self._close(v)
             self.sizes.clear()

@@ -46,7 +46,7 @@ def test_a_dsn_selects_postgres_and_a_path_keeps_sqlite(pg_dsn, tmp_path):
         assert isinstance(mem._store, PostgresStore)
         mem.record_decision("deploy without tests", "production crash")
         assert [a.text for a in mem.search_causal("deploy without tests")] == ["production crash"]
-        assert mem.stats()["schema_version"] == 7
+        assert mem.stats()["schema_version"] == 8
     if os.environ.get("CAUSALMEM_TEST_BACKEND") != "postgres":  # that run maps every path to PostgreSQL
         assert isinstance(open_store(tmp_path / "m.db"), SQLiteStore)
         assert isinstance(open_store(":memory:"), SQLiteStore)
@@ -126,7 +126,7 @@ def test_a_schema_2_memory_is_migrated_to_6_in_place(pg_dsn):
         assert conn.execute("SELECT COUNT(*) FROM changes").fetchone()[0] == 7  # schema 2: one row per key
         assert "edges_src" in _indexes(conn, schema)
         with Memory(pg_dsn, embedder=None) as mem:
-            assert mem.stats()["schema_version"] == 7
+            assert mem.stats()["schema_version"] == 8
             assert [a.text for a in mem.search_causal("shard the queue")][:1] == ["latency halved"]
             assert mem.search_causal("cache the token")[0].superseded_by == "c2"
             mem.record_many([(f"decision {i}", f"outcome {i}") for i in range(50)])

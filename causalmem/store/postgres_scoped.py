@@ -13,9 +13,12 @@ reinforcement's write are offered; any other store method raises ``AttributeErro
 pooled views never writes anything else: ``Memory`` writes through the whole-store views, and the
 pool hears of the commit from the change log like of any other).
 
-The change stream is the pool's: ``view_pool.ViewPool`` reads the change log once per call and
-hands each tenant's store the global keys of its rows (``deliver``); ``data_version`` and
-``foreign_changes`` report what was handed over, in local ids. ``close`` leaves the wrapped store open.
+The change stream is the pool's: ``view_pool.ViewPool`` reads this tenant's change log
+(``tenant_log``, up to ``cursor``) before each call on it and hands over the stored keys
+(``deliver``); ``data_version`` and ``foreign_changes`` report what was handed over, in local ids. The
+rows and superseded marks a search reads are kept here until the log names them (rows) or anything
+(marks), so a warm search with nothing new for its tenant makes one round trip, the log's.
+``close`` leaves the wrapped store open.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import numpy as np
 from ._common import chunk_columns_of
 from .base import PROJECTION_CO_DTYPE, PROJECTION_EDGE_DTYPE, ChunkColumns, ChunkRow, StoredVector
 
-__all__ = ["ScopedStore", "tenant_changes"]
+__all__ = ["ScopedStore", "tenant_log"]
 
 _EDGE_KINDS = ("ei", "eu", "ed")
 #: the wrapped store's attributes a pooled views may use as they are (no node ids in or out)
@@ -55,6 +58,11 @@ class ScopedStore:
         self._version = 0
         self._pending: dict[str, set[int]] | None = {}
         self.closed = False
+        self.cursor = 0  # the change sequence this tenant's log was read up to (set by the pool)
+        # rows and superseded marks read for this tenant, by stored nid (None: no such row of the tenant),
+        # kept until the tenant's log names the key (rows) or anything at all (superseded marks)
+        self.rows: dict[int, ChunkRow | None] = {}
+        self.superseded: dict[int, str | None] = {}
 
     def __getattr__(self, name: str) -> Any:
         if name in _PASS:
@@ -94,9 +102,14 @@ class ScopedStore:
         if delta is not None and not delta:
             return
         self._version += 1
+        self.superseded.clear()
         if delta is None or self._pending is None:
             self._pending = None
+            self.rows.clear()
             return
+        for kind in ("ci", "cu", "cd"):
+            for key in delta.get(kind, ()):
+                self.rows.pop(key, None)
         for kind, keys in delta.items():
             self._pending.setdefault(kind, set()).update(keys)
 
@@ -166,9 +179,16 @@ class ScopedStore:
 
     # ------------------------------------------------------------------ reads by local id
     def chunk_rows_by_nid(self, nids: Sequence[int]) -> dict[int, ChunkRow]:
-        rows = self.base.chunk_rows_by_nid(self.glob(nids))
+        """The rows of local ``nids``: cached ones as they are, the others in one read."""
+        cache, want = self.rows, self.glob(nids)
+        if any(g not in cache for g in want):  # every row of the tenant not cached, in the one read
+            missing = sorted({*want, *self.l2g} - cache.keys())
+            got = self.base.chunk_rows_by_nid(missing)
+            for g in missing:
+                r = got.get(g)
+                cache[g] = r if r is not None and r.user_id == self.user_id else None
         g2l = self.g2l
-        return {g2l[g]: _row_as(r, g2l[g]) for g, r in rows.items() if r.user_id == self.user_id}
+        return {g2l[g]: _row_as(r, g2l[g]) for g in want if (r := cache[g]) is not None}
 
     def chunk_texts(self, nids: Sequence[int]) -> dict[int, str]:
         return {n: r.text for n, r in self.chunk_rows_by_nid(nids).items()}
@@ -182,7 +202,13 @@ class ScopedStore:
         return row is not None and row.valid_to is None
 
     def superseded_chunks(self, nids: Sequence[int]) -> dict[int, str]:
-        return {self.g2l[g]: v for g, v in self.base.superseded_chunks(self.glob(nids)).items() if g in self.g2l}
+        cache, want = self.superseded, self.glob(nids)
+        if any(g not in cache for g in want):  # the marks of every row of the tenant, in the one read
+            missing = sorted({*want, *self.l2g} - cache.keys())
+            got = self.base.superseded_chunks(missing)
+            cache.update((g, got.get(g)) for g in missing)
+        g2l = self.g2l
+        return {g2l[g]: v for g in want if (v := cache[g]) is not None}
 
     def chunk_metadata_json(self, nids: Sequence[int] | None) -> list[tuple[int, str]]:
         want = list(self.l2g) if nids is None else self.glob(nids)
@@ -260,19 +286,16 @@ class ScopedStore:
         self.base.credit_cooccurrence([(l2g[a], l2g[b], *rest) for a, b, *rest in rows])
 
 
-def tenant_changes(base: Any, after: int) -> tuple[int, int | None, list[tuple[int, str, int, str | None]]]:
-    """The change log after sequence value ``after``: the newest value, the log's floor, and each (seq,
-    kind, key, ``user_id`` of the key's row: a chunk's own, an edge's source's; None when the row is
-    gone for good or has no user). One single-row read when nothing changed; else a second statement
-    bounded by literal sequence values (so the log's index on ``seq`` is used, not a scan of the log)."""
-    (upto, floor), = base.query("SELECT seq, log_floor FROM causalmem_state")
-    upto = int(upto)
-    if upto == int(after):
-        return upto, None if floor is None else int(floor), []
+def tenant_log(base: Any, user_id: str, after: int) -> tuple[int, int | None, list[tuple[int, str, list[int]]]]:
+    """The change log of one tenant after sequence value ``after``, in one round trip: the newest value,
+    the log's floor, and each (seq, kind, keys) row of the per-tenant log (schema 8) that names
+    ``user_id`` or no user (keys whose chunk is gone for good). Read through the ``(user_id, seq)``
+    index: its cost is the tenant's own changes, not every tenant's."""
     rows = base.query(
-        "SELECT ch.seq, ch.kind, ch.key, COALESCE(c.user_id, ce.user_id) "
-        "FROM (SELECT seq, kind, unnest(keys) AS key FROM changes WHERE seq > %s AND seq <= %s) ch "
-        "LEFT JOIN chunks c ON ch.kind NOT IN ('ei', 'eu', 'ed') AND c.nid = ch.key "
-        "LEFT JOIN edges e ON ch.kind IN ('ei', 'eu', 'ed') AND e.eid = ch.key "
-        "LEFT JOIN chunks ce ON ce.nid = e.src", (int(after), upto))
-    return upto, None if floor is None else int(floor), [(int(r[0]), str(r[1]), int(r[2]), r[3]) for r in rows]
+        "SELECT s.seq, s.log_floor, t.seq, t.kind, t.keys FROM causalmem_state s LEFT JOIN LATERAL ("
+        "SELECT seq, kind, keys FROM tenant_changes WHERE user_id = %s AND seq > %s AND seq <= s.seq "
+        "UNION ALL SELECT seq, kind, keys FROM tenant_changes WHERE user_id IS NULL AND seq > %s AND seq <= s.seq"
+        ") t ON true", (user_id, int(after), int(after)))
+    upto, floor = int(rows[0][0]), rows[0][1]
+    return upto, None if floor is None else int(floor), [
+        (int(r[2]), str(r[3]), [int(k) for k in r[4]]) for r in rows if r[2] is not None]
