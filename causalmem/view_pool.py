@@ -32,6 +32,8 @@ __all__ = ["ViewPool", "DEFAULT_BUDGET_MB", "estimate_bytes"]
 
 #: ``Memory(dsn, views_budget_mb=...)``'s default: the per-scope views a worker keeps, in MB
 DEFAULT_BUDGET_MB = 96.0
+#: a cached chunk row's bytes besides its text: the row object and its ~16 values (tracemalloc, CPython 3.11)
+ROW_BYTES = 1000
 
 
 
@@ -61,8 +63,9 @@ def estimate_bytes(views: Views) -> int:
     """The bytes a ``Views`` holds in its chunk table, BM25 index, projection and vector index (their
     arrays, and a rough 100 bytes per entry of their dictionaries)."""
     seen: set[int] = set()
-    cached = getattr(views.store, "rows", None)  # a ScopedStore's rows read for searches (~400 bytes each)
-    return 400 * len(cached or ()) + sum(_array_bytes(part, 3, seen) for part in
+    cached = getattr(views.store, "rows", None) or {}  # a ScopedStore's rows read for searches
+    rows = sum(ROW_BYTES + len(r.text) for r in cached.values() if r is not None)
+    return rows + sum(_array_bytes(part, 3, seen) for part in
                                          (views.chunks, views.lexical, views.projection, views.vector_view.index))
 
 
@@ -82,6 +85,7 @@ class ViewPool:
         self.budget_bytes = int((DEFAULT_BUDGET_MB if budget_mb is None else budget_mb) * 1024 * 1024)
         self.views: collections.OrderedDict[str, Views] = collections.OrderedDict()
         self.sizes: dict[str, int] = {}
+        self.keys: dict[str, tuple] = {}  # what a views' size was estimated at (its parts, its store's counts)
         self.evictions = 0
         self.builds = 0
 
@@ -154,7 +158,12 @@ class ViewPool:
             v = self.views.get(user_id)
             if v is None:
                 return
-            self.sizes[user_id] = estimate_bytes(v)
+            scoped = self._scoped(v)
+            key = (scoped.data_version(), scoped.n_local, len(scoped.rows), len(scoped.superseded),
+                   *(id(p) for p in (v.chunks, v.lexical, v.projection, v.vector_view.index)))
+            if self.keys.get(user_id) != key:  # walking the views' parts costs more than a warm search
+                self.keys[user_id] = key
+                self.sizes[user_id] = estimate_bytes(v)
             self.trim()
 
     def trim(self) -> None:
@@ -162,6 +171,7 @@ class ViewPool:
         while len(self.views) > 1 and sum(self.sizes.values()) > self.budget_bytes:
             uid, v = self.views.popitem(last=False)
             self.sizes.pop(uid, None)
+            self.keys.pop(uid, None)
             self._close(v)
             self.evictions += 1
 
@@ -185,3 +195,4 @@ class ViewPool:
                 _, v = self.views.popitem(last=False)
                 self._close(v)
             self.sizes.clear()
+            self.keys.clear()

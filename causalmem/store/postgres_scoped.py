@@ -26,7 +26,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ._common import chunk_columns_of
+from ._common import CHUNK_COLS, chunk_columns_of
 from .base import PROJECTION_CO_DTYPE, PROJECTION_EDGE_DTYPE, ChunkColumns, ChunkRow, StoredVector
 
 __all__ = ["ScopedStore", "tenant_log"]
@@ -183,7 +183,10 @@ class ScopedStore:
         cache, want = self.rows, self.glob(nids)
         if any(g not in cache for g in want):  # every row of the tenant not cached, in the one read
             missing = sorted({*want, *self.l2g} - cache.keys())
-            got = self.base.chunk_rows_by_nid(missing)
+            # read here, not through the wrapped store's row cache: that one is the whole store's, and
+            # would keep every tenant's rows this worker ever served outside the pool's budget
+            got = {int(r[0]): ChunkRow._make(r) for r in self.base.query(
+                f"SELECT {CHUNK_COLS}, text_hash FROM chunks WHERE nid = ANY(%s)", (missing,))}
             for g in missing:
                 r = got.get(g)
                 cache[g] = r if r is not None and r.user_id == self.user_id else None
