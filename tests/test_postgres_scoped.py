@@ -7,6 +7,8 @@ import math
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from causalmem import Config, Memory
 
@@ -111,7 +113,7 @@ def test_a_bad_views_budget_is_refused_naming_the_argument(tmp_path, bad):
 
 
 def test_without_scoped_views_every_call_uses_the_whole_store_views(pg_dsn):
-    with Memory(pg_dsn, embedder=None) as m:
+    with Memory(pg_dsn, embedder=None, config=Config(scoped_views=False)) as m:
         m.add(["a note of t1"], user_id="t1", link=False)
         assert [h.text for h in m.search("note", user_id="t1")] == ["a note of t1"]
         assert m._pool.views == {} and m._views.chunks is not None
@@ -156,3 +158,72 @@ def test_search_reinforcement_through_tenant_views_reaches_the_tenants_rows(pg_d
         want = {h.text: ref.get(h.id).access_count for h in ref.search("note", user_id="u", top_k=8, reinforce=False)}
         assert got == want and max(got.values()) == 3
         assert [m.get(h.id).access_count for h in m.search("filler", user_id="other", reinforce=False)] == [0]
+
+
+# ------------------------------------------------------------------ property: random sequences, many tenants
+_OPS = st.lists(st.tuples(st.sampled_from(("add", "add", "decide", "fact", "search", "search", "search", "causal")),
+                          st.integers(0, 11),  # tenant
+                          st.integers(0, 1),  # connection
+                          st.lists(st.sampled_from(WORDS), min_size=2, max_size=4)),
+                min_size=5, max_size=40)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(ops=_OPS)
+def test_any_sequence_over_many_tenants_and_two_connections_answers_like_one_memory_per_tenant(pg_dsn, ops):
+    """Two connections on one PostgreSQL memory, one with a budget so small that it evicts on almost
+    every call, against one SQLite ``Memory`` per tenant: every search and causal query agrees."""
+    import tempfile
+    import uuid
+
+    run = uuid.uuid4().hex[:8]  # each example its own tenants: the fixture's database is shared by examples
+    conns = (Memory(pg_dsn, embedder=None, clock=clock), Memory(pg_dsn, embedder=None, clock=clock,
+                                                                  views_budget_mb=0.02))
+    with tempfile.TemporaryDirectory() as d:
+        refs: dict[str, Memory] = {}
+        try:
+            for step, (kind, t, c, words) in enumerate(ops):
+                user, m = f"{run}u{t}", conns[c]
+                ref = refs.get(user) or refs.setdefault(user, Memory(f"{d}/{t}.db", embedder=None, clock=clock))
+                text = f"{user} {step} " + " ".join(words)
+                if kind == "add":
+                    for x in (m, ref):
+                        x.add([text], user_id=user, link=False)
+                elif kind == "decide":
+                    for x in (m, ref):
+                        x.record_decision(f"{user} did {words[0]} {words[1]}", f"{user} saw " + " ".join(words[1:]),
+                                          user_id=user)
+                elif kind == "fact":
+                    for x in (m, ref):
+                        x.add_fact(f"{user} key {t % 2}", " ".join(words), user_id=user, replace_same_key=True)
+                elif kind == "search":
+                    assert answer(m, " ".join(words), user) == answer(ref, " ".join(words), user), (step, user)
+                else:
+                    q = f"{user} did {words[0]} {words[1]}"
+                    assert causal_answer(m, q, user) == causal_answer(ref, q, user), (step, user)
+                # a scope never sees another's rows
+                assert all(h.user_id == user for h in m.search(" ".join(words), user_id=user, reinforce=False))
+        finally:
+            for x in (*conns, *refs.values()):
+                x.close()
+
+
+def test_a_script_that_exits_without_close_writes_its_tenants_reinforcement(pg_dsn):
+    """The exit hook closes a tenant's views before the whole store's: its queued reinforcement is
+    written through the connection, not dropped with a warning."""
+    import subprocess
+    import sys
+
+    with Memory(pg_dsn, embedder=None) as m:
+        m.add(["exit hook note about kafka"], user_id="x1", link=False)
+    script = ("from causalmem import Memory\n"
+              f"m = Memory({pg_dsn!r}, embedder=None)\n"
+              "for _ in range(3):\n"
+              "    assert m.search('kafka', user_id='x1')\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "not written" not in run.stderr, run.stderr
+    with Memory(pg_dsn, embedder=None) as m:
+        hit = m.search("kafka", user_id="x1", reinforce=False)[0]
+        assert m.get(hit.id).access_count == 3
