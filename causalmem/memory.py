@@ -77,7 +77,7 @@ class Memory:
         (the background embedding; no-op without an embedder), then write the reinforcement queued
         by searches (normally done by the next write, a size or time threshold, or ``close``);
         returns how many searches the reinforcement covered."""
-        return self._views.flush()
+        return self._views.flush() + self._pool.flush()
 
     @property
     def read_only(self) -> bool:

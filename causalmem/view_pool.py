@@ -185,6 +185,12 @@ class ViewPool:
             v.reinforcement.drop(str(exc))
         v.close()
 
+    def flush(self) -> int:
+        """``Memory.flush``'s part for the tenants' views: write each one's queued search reinforcement
+        now; returns how many searches it covered."""
+        with self.lock:
+            return sum(v.flush_reinforcement(wait=True) for v in self.views.values() if v.reinforcement.queued)
+
     @property
     def bytes(self) -> int:
         return sum(self.sizes.values())
