@@ -73,10 +73,9 @@ class Memory:
         self._views.close(drain=drain)
 
     def flush(self) -> int:
-        """Finish what runs behind the writes: wait until every chunk written so far has its vector
-        (the background embedding; no-op without an embedder), then write the reinforcement queued
-        by searches (normally done by the next write, a size or time threshold, or ``close``);
-        returns how many searches the reinforcement covered."""
+        """Finish what runs behind the writes: wait until every chunk written so far has its vector (no-op
+        without an embedder), then write the reinforcement queued by searches (normally done by the next
+        write, a size or time threshold, or ``close``); returns how many searches it covered."""
         return self._views.flush() + self._pool.flush()
 
     @property
@@ -334,7 +333,8 @@ class Memory:
         """What do I know about ``query``: lexical + semantic + graph spreading, fused (SPEC §4).
 
         ``metadata`` keeps only chunks whose metadata matches a filter (``causalmem.metadata_filter``:
-        ``{"field": value}``, ``{"field": {"$gte": 3}}``, ``$in``, ``$contains``, ``$or`` ...)."""
+        ``{"field": value}``, ``{"field": {"$gte": 3}}``, ``$in``, ``$contains``, ``$or`` ...). On PostgreSQL a
+        ``user_id`` searches that tenant's own views (``views_budget_mb``); none, the whole database's."""
         with self._pool.scope(ingest.check_scope_value(user_id, "user_id")) as views:
             return retrieval.search(views, query, top_k=top_k, user_id=user_id, agent_id=agent_id, run_id=run_id,
                                     filters=filters, since=since, until=until, channels=channels, fusion=fusion,

@@ -18,7 +18,7 @@ import pytest
 
 psycopg = pytest.importorskip("psycopg")
 
-from causalmem import Memory  # noqa: E402
+from causalmem import Config, Memory  # noqa: E402
 from causalmem.errors import SchemaVersionError, StoreError  # noqa: E402
 from causalmem.store import SQLiteStore, open_store  # noqa: E402
 from causalmem.store.postgres import PostgresStore, RetryableStoreError, split_dsn  # noqa: E402
@@ -461,8 +461,9 @@ def test_export_from_postgres_imports_into_sqlite_and_back(pg_dsn, pg_database, 
 def test_catch_up_patches_the_views_from_the_change_log(pg_dsn):
     """Another host's small writes reach this host's views through the change log: new chunks and
     edges are patched in (no full projection rebuild, no re-read of every chunk), invalidations,
-    deletions and text updates too; a purge (rows gone for good) falls back to a full re-read."""
-    a = Memory(pg_dsn, embedder=None)
+    deletions and text updates too; a purge (rows gone for good) falls back to a full re-read. (The
+    whole-store views: a tenant's own views catch up from its change log, tests/test_postgres_scoped.py.)"""
+    a = Memory(pg_dsn, embedder=None, config=Config(scoped_views=False))
     b = Memory(pg_dsn, embedder=None)
     try:
         a.record_many([(f"warm decision {i}", f"warm outcome {i}") for i in range(50)])

@@ -227,3 +227,60 @@ def test_a_script_that_exits_without_close_writes_its_tenants_reinforcement(pg_d
     with Memory(pg_dsn, embedder=None) as m:
         hit = m.search("kafka", user_id="x1", reinforce=False)[0]
         assert m.get(hit.id).access_count == 3
+
+
+def test_a_store_refusing_a_tenants_reinforcement_keeps_it_and_the_searches_answer(pg_dsn, caplog):
+    """A tenant's views write the batch inside the search that fills it (no flusher thread). While the
+    store refuses it (a CHECK constraint the access-count update violates, as a full disk would), the
+    searches answer, the queue is kept, one warning for the episode; the next flush writes it all."""
+    import logging
+
+    import psycopg
+
+    schema = pg_dsn.rsplit("schema=", 1)[1]
+    base = pg_dsn.rsplit("schema=", 1)[0].rstrip("?&")
+    with Memory(pg_dsn, embedder=None, config=Config(reinforce_batch=2, reinforce_seconds=3600)) as m:
+        for i in range(4):
+            m.add(f"kafka consumer lag alert number {i}", user_id="u")
+        with psycopg.connect(base, autocommit=True) as con:
+            con.execute(f'ALTER TABLE "{schema}".chunks ADD CONSTRAINT pool_refuse CHECK (access_count < 0) NOT VALID')
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="causalmem"):
+                for _ in range(10):
+                    assert len(m.search("kafka consumer lag", top_k=4, user_id="u")) == 4
+            warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+            con.execute(f'ALTER TABLE "{schema}".chunks DROP CONSTRAINT pool_refuse')
+        assert len(warnings) == 1 and "refused" in warnings[0], warnings
+        tenant = m._pool.views["u"]
+        assert tenant.reinforcement.deferred >= 5 and len(tenant.reinforcement.queued) == 10
+        assert m.flush() == 10
+        assert m._store.query("SELECT SUM(access_count) FROM chunks")[0][0] == 40
+
+
+def test_with_the_model_a_tenants_views_rank_like_the_whole_store_views(pg_dsn, embedder):
+    """The semantic channel too: vectors stored by the whole store's embedding are read into the
+    tenant's views on their first touch and after another connection's write, and rank exactly as the
+    whole-store views of the same memory (same stored vectors; a SQLite memory embedding the same texts
+    in other batches differs in the 4th decimal, the padding of a batch)."""
+    texts = ["the kafka consumer lags behind the producer", "we rolled back the payment gateway deploy",
+             "the novelist wrote about a castle", "redis cache misses grew after the release",
+             "the on-call engineer paged the database team"]
+    with Memory(pg_dsn, embedder=embedder, clock=clock) as a, Memory(pg_dsn, embedder=embedder, clock=clock) as b, \
+            Memory(pg_dsn, embedder=embedder, clock=clock, config=Config(scoped_views=False)) as whole:
+        a.add(["another tenant's note about kafka lag"], user_id="other", link=False)
+        a.add(texts[:3], user_id="u", link=False)
+        a.flush()
+        queries = ("message queue falling behind", "undo a bad release", "a book by an author")
+
+        def ranked(m: Memory, q: str) -> list[tuple[str, float]]:
+            return [(h.text, round(h.score, 6)) for h in m.search(q, user_id="u", top_k=5, reinforce=False)]
+
+        for q in queries:
+            assert ranked(b, q) == ranked(whole, q), q
+        assert ranked(b, "message queue falling behind")[0][0] == texts[0]  # found by meaning, no shared word
+        a.add(texts[3:], user_id="u", link=False)  # another connection's write, then its vectors
+        a.flush()
+        for q in (*queries, "cache hit rate", "who was woken up at night"):
+            assert ranked(b, q) == ranked(whole, q), q
+        assert "u" in b._pool.views and not whole._pool.views
+        assert len(b._pool.views["u"].vectors_of(range(5))[0]) == 5  # the later rows' vectors reached it
