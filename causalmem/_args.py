@@ -82,8 +82,14 @@ def check_embedder_spec(spec: Any) -> None:
 
 
 def check_memory_args(path: Any, *, config: Any, clock: Any, embedder: Any, read_only: Any,
-                      backend: str | None) -> None:
+                      backend: str | None, views_budget_mb: Any = None) -> None:
     """``Memory(...)``'s arguments, checked before anything is opened: each error names the argument."""
+    if views_budget_mb is not None:
+        if isinstance(views_budget_mb, bool) or not isinstance(views_budget_mb, (int, float)):
+            raise TypeError("views_budget_mb must be a positive number of megabytes, got "
+                            f"{type(views_budget_mb).__name__}")
+        if not 0 < views_budget_mb < float("inf"):
+            raise ValueError(f"views_budget_mb must be a positive number of megabytes, got {views_budget_mb!r}")
     if config is not None and not isinstance(config, Config):
         raise TypeError(f"config must be a causalmem.Config, got {type(config).__name__}")
     if clock is not None and not callable(clock):

@@ -131,6 +131,10 @@ class Config:
     max_top_k: int = 1000
     # SQLite
     busy_timeout_ms: int = 30000
+    # PostgreSQL: a call naming a user_id uses views of that user's rows alone (``view_pool``), kept
+    # under ``Memory(views_budget_mb=...)``; False: every call uses views of the whole database (a
+    # worker's memory and open time then grow with every tenant: benchmarks/results/fleet.md)
+    scoped_views: bool = True
     # sleep: wall-clock seconds one cycle may spend asking a slow (LLM) judge; the rest waits
     sleep_llm_budget: float = 120.0
     # search reinforcement (access counts, Hebbian pairs) is queued and written in batches, so a

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from . import _args, causal, consolidation, ingest, portable, retrieval
+from . import _args, causal, consolidation, ingest, portable, retrieval, view_pool
 from . import confirm as confirm_mod
 from . import write as w
 from .chunks import ChunkTable
@@ -43,10 +43,10 @@ class Memory:
     def __init__(self, path: str | os.PathLike[str] = ":memory:", *, config: Config | None = None,
                  clock: Callable[[], float] | None = None, embedder: Any = "auto", judge: Any = None,
                  distiller: Any = None, read_only: bool = False, backend: str | None = None,
-                 embed_handoff: str | bool | None = None) -> None:
-        """``embed_handoff``: what ``close()`` does with rows still without a vector (``Config.embed_handoff``)."""
+                 embed_handoff: str | bool | None = None, views_budget_mb: float | None = None) -> None:
+        """``embed_handoff``: ``Config.embed_handoff``; ``views_budget_mb``: MB of per-tenant views (``view_pool``)."""
         _args.check_memory_args(path, config=config, clock=clock, embedder=embedder, read_only=read_only,
-                                backend=backend)
+                                backend=backend, views_budget_mb=views_budget_mb)
         self.config = config or Config()
         if embed_handoff is not None:
             self.config = dataclasses.replace(self.config, embed_handoff=embed_handoff)
@@ -55,10 +55,9 @@ class Memory:
                             backend=backend)
         self.path = self._store.path
         self._views = Views(self._store, self.config, clock or time.time, embedder=embedder, lock=self._lock)
-        self.judge = judge
-        self.distiller = distiller
+        self._pool = view_pool.ViewPool(self._views, clock or time.time, budget_mb=views_budget_mb)
+        self.judge, self.distiller = judge, distiller
 
-    # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> "Memory":
         return self
 
@@ -68,17 +67,16 @@ class Memory:
     def close(self, *, drain: bool = False) -> None:
         """Close the database: queued search reinforcement is written first (if the file is locked
         or read-only it is dropped, with a log line); everything else is already committed.
-
         Chunks still waiting for a vector stay queued in the store (the next open embeds them);
         ``drain=True`` first waits until the background worker embedded them all."""
+        self._pool.close()
         self._views.close(drain=drain)
 
     def flush(self) -> int:
-        """Finish what runs behind the writes: wait until every chunk written so far has its vector
-        (the background embedding; no-op without an embedder), then write the reinforcement queued
-        by searches (normally done by the next write, a size or time threshold, or ``close``);
-        returns how many searches the reinforcement covered."""
-        return self._views.flush()
+        """Finish what runs behind the writes: wait until every chunk written so far has its vector (no-op
+        without an embedder), then write the reinforcement queued by searches (normally done by the next
+        write, a size or time threshold, or ``close``); returns how many searches it covered."""
+        return self._views.flush() + self._pool.flush()
 
     @property
     def read_only(self) -> bool:
@@ -102,8 +100,7 @@ class Memory:
         """The resolved embedder (``None`` when the semantic channel is off)."""
         return self._views.embedder
 
-    # the facade's own view of its parts (tests and benchmarks look at them)
-    @property
+    @property  # the facade's own view of its parts (tests and benchmarks look at them)
     def _projection(self) -> Projection:
         return self._views.projection
 
@@ -127,8 +124,8 @@ class Memory:
         """Record that ``decision`` led to ``outcome`` (one transaction); returns the new edge."""
         a = w.validated_record(decision, outcome, relation, source, confidence, polarity, task_tag, event_time,
                                user_id, agent_id, run_id)
-        with self._views.write() as fx:  # vectors: the background worker (off the write path)
-            return w.record_batch(self._views, fx, [a])[0]
+        with self._pool.writing(user_id) as views, views.write() as fx:  # vectors: the background worker
+            return w.record_batch(views, fx, [a])[0]
 
     def record_many(self, items: Iterable[Any]) -> list[Edge]:
         """Record many decision→outcome pairs in one transaction (all or nothing)."""
@@ -157,8 +154,8 @@ class Memory:
         ingest.check_text(value, "value")
         conf = ingest.check_confidence(confidence)
         scope = w.check_scope(user_id, agent_id, run_id)
-        with self._views.write() as fx:
-            cid = w.add_fact(self._views, fx, key, value, scope, confidence=conf, vec=None,
+        with self._pool.writing(user_id) as views, views.write() as fx:
+            cid = w.add_fact(views, fx, key, value, scope, confidence=conf, vec=None,
                              replace_same_key=replace_same_key)
         return self.get(cid)
 
@@ -247,9 +244,10 @@ class Memory:
             raise ConfigurationError(
                 "add(..., infer=True) needs an LLM distiller: pass Memory(distiller=LLMDistiller(...)) or set "
                 "CAUSALMEM_LLM_BASE_URL and use causalmem.LLMDistiller.from_env()")
-        return w.add_messages(self._views, turns, distiller=self.distiller, infer=infer, scope=scope,
-                              session_id=session_id, metadata=metadata, event_time=et, link=link,
-                              dedupe=dedupe)
+        with self._pool.writing(user_id) as views:
+            return w.add_messages(views, turns, distiller=self.distiller, infer=infer, scope=scope,
+                                  session_id=session_id, metadata=metadata, event_time=et, link=link,
+                                  dedupe=dedupe)
 
     # ------------------------------------------------------------------ backup and move
     def export(self, path: str | os.PathLike[str] | IO[str], *, vectors: bool = False) -> int:
@@ -310,9 +308,9 @@ class Memory:
         causal.check_query(query, "outcome" if reverse else "query", task_tag)
         limit = ingest.check_limit(limit)
         overrides = causal.check_spread_overrides(overrides)
-        with self._lock:
+        with self._lock, self._pool.scope(sc[0]) as views:
             return self._store.read_once(lambda: causal.spread_query(  # the change check overlaps it
-                self._views, query, reverse=reverse, limit=limit, task_tag=task_tag, scope=sc,
+                views, query, reverse=reverse, limit=limit, task_tag=task_tag, scope=sc,
                 include_seeds=include_seeds, overrides=overrides))
 
     def intervention_query(self, action: str, *, max_depth: int = 3, limit: int = 5, user_id: str | None = None,
@@ -322,8 +320,8 @@ class Memory:
         limit = ingest.check_limit(limit)
         max_depth = causal.check_max_depth(max_depth)
         sc = w.check_scope(user_id, agent_id, run_id)
-        with self._lock:
-            return causal.intervention(self._views, action, max_depth=max_depth, limit=limit, scope=sc)
+        with self._lock, self._pool.scope(sc[0]) as views:  # (SQLite: the whole store's, one user's machine)
+            return causal.intervention(views, action, max_depth=max_depth, limit=limit, scope=sc)
 
     # ------------------------------------------------------------------ retrieval
     def search(self, query: str, *, top_k: int = 10, user_id: str | None = None, agent_id: str | None = None,
@@ -335,10 +333,12 @@ class Memory:
         """What do I know about ``query``: lexical + semantic + graph spreading, fused (SPEC §4).
 
         ``metadata`` keeps only chunks whose metadata matches a filter (``causalmem.metadata_filter``:
-        ``{"field": value}``, ``{"field": {"$gte": 3}}``, ``$in``, ``$contains``, ``$or`` ...)."""
-        return retrieval.search(self._views, query, top_k=top_k, user_id=user_id, agent_id=agent_id, run_id=run_id,
-                                filters=filters, since=since, until=until, channels=channels, fusion=fusion,
-                                explain=explain, reinforce=reinforce, metadata=metadata)
+        ``{"field": value}``, ``{"field": {"$gte": 3}}``, ``$in``, ``$contains``, ``$or`` ...). On PostgreSQL a
+        ``user_id`` searches that tenant's own views (``views_budget_mb``); none, the whole database's."""
+        with self._pool.scope(ingest.check_scope_value(user_id, "user_id")) as views:
+            return retrieval.search(views, query, top_k=top_k, user_id=user_id, agent_id=agent_id, run_id=run_id,
+                                    filters=filters, since=since, until=until, channels=channels, fusion=fusion,
+                                    explain=explain, reinforce=reinforce, metadata=metadata)
 
     def reembed(self, *, progress: Callable[[int, int], None] | None = None) -> int:
         """Compute vectors for every chunk whose text or model changed, now; returns how many.

@@ -78,6 +78,10 @@ class Reinforcement:
         self.off: str | None = "the database was opened read-only" if self.store.read_only else None
         self._off_logged = False
         self._deferred_here = 0  # flushes without waiting that found the write lock taken (kept queued)
+        # a tenant's views on a server (``view_pool``: no flusher thread of its own) write the batch in the
+        # search that fills it; a refusal keeps the queue, as the flusher's would (``_flush_in_search``)
+        self.defer_refused = self.flusher is None and hasattr(getattr(self.store, "base", None), "writer_twin")
+        self._refused_since: int | None = None  # ``_deferred_here`` when this episode of refusals began
 
     # ------------------------------------------------------------------ queueing
     def queue(self, nids: Sequence[int], scores: Mapping[int, float] | None = None) -> None:
@@ -120,7 +124,24 @@ class Reinforcement:
             if self.flusher is not None:
                 self.flusher.wake()  # written on the flusher's connection, not inside this search
             else:
-                self.flush(wait=False, sync=False)
+                self._flush_in_search()
+
+    def _flush_in_search(self) -> None:
+        """The search that filled the batch writes it, not waiting for the lock. On a tenant's views
+        (``defer_refused``) a store that refuses the write (a full disk, a constraint) leaves the queue in
+        place for the next write or ``flush``, counted in ``deferred``, one warning per episode: the
+        search still answers."""
+        if not self.defer_refused:
+            self.flush(wait=False, sync=False)
+            return
+        try:
+            self.flush(wait=False, sync=False)
+        except StoreError as exc:
+            self._deferred_here += 1
+            if self._refused_since is None:
+                self._refused_since = self._deferred_here
+                log.warning("causalmem: %s: the store refused the searches' reinforcement (%s); kept queued for "
+                            "the next write (counted in reinforce_deferred)", self.store.path, exc)
 
     def _drop_oldest(self, n: int) -> None:
         """The queue is full (the writer has been busy for long): the oldest ``n`` searches are
@@ -150,6 +171,10 @@ class Reinforcement:
         if self._links_paused and not self.queued:  # every link queued meanwhile is stored: show them
             self._links_paused = False
             self.host.projection.mark_stale()
+        if self._refused_since is not None:
+            log.info("causalmem: %s: reinforcement written again after %d refused writes", self.store.path,
+                     self._deferred_here - self._refused_since + 1)
+            self._refused_since = None
         if self._dropping_since is not None:
             log.info("causalmem: %s: reinforcement written again; %d searches were dropped while the writer "
                      "was busy", self.store.path, self.dropped - self._dropping_since)

@@ -63,7 +63,8 @@ class EmbeddingSide:
     def worker(self) -> EmbeddingWorker | None:
         """The background embedding worker (None when the semantic channel is off)."""
         if self._worker is None and self.spec is not None and not self.closed \
-                and not getattr(self.host.store, "read_only", False):  # a read-only open cannot store vectors
+                and not getattr(self.host.store, "read_only", False) \
+                and getattr(self.host.store, "embeds", True):  # read-only, or a tenant's window: never a worker
             self._worker = EmbeddingWorker(self.host, owner=self.host.background)
         return self._worker
 

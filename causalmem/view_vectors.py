@@ -371,12 +371,19 @@ class VectorView:
         return out
 
     def vectors_of(self, nids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk nids that have a vector, their vectors): from the loaded index, while it loads from the store."""
+        """(chunk nids that have a vector, their vectors): from the loaded index, while it loads (or before
+        anything asked for it: a tenant's views that served lexical and graph queries only) from the store."""
         vi = self.index
         ids = np.asarray(nids, dtype=np.int64)
         emb = self.embedder
-        if vi is None or emb is None or not len(ids):
+        if emb is None or not len(ids):
             return np.empty(0, np.int64), np.empty((0, 0), np.float32)
+        if vi is None:
+            rows = self.store.embeddings_of(ids.tolist(), emb.model_name)
+            if not rows:
+                return np.empty(0, np.int64), np.empty((0, 0), np.float32)
+            rid, vecs = decode_rows(rows, emb.dim)
+            return rid, (vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)).astype(np.float32)
         got, mat = vi.vectors_of(ids)
         if not vi.ready and len(got) < len(ids):  # loading: the store has the rest
             rest = np.setdiff1d(ids, got)

@@ -174,7 +174,7 @@ _SQL = re.compile(r"\b(SELECT\s+\S|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SE
                   r"PRAGMA\s+\w)", re.IGNORECASE)
 # the backends: SQLite in one module, PostgreSQL in its module and the parts split from it by role
 _SQL_HOMES = {"causalmem/store/sqlite.py", "causalmem/store/postgres.py", "causalmem/store/_common.py",
-              *(f"causalmem/store/postgres_{part}.py" for part in ("schema", "cache", "wire", "follow"))}
+              *(f"causalmem/store/postgres_{part}.py" for part in ("schema", "cache", "wire", "follow", "scoped"))}
 
 
 def test_sql_only_in_store_backends():

@@ -158,7 +158,8 @@ def test_confirmed_pairs_fade_and_drop_at_sleep_like_search_pairs(mem, clock):
 def test_confirm_writes_the_queued_search_credit_first(db_path, clock):
     """With the opt-in search rule, a confirm carries the queued search credit in its transaction and
     adds its own on top: the store and the view agree on the sum."""
-    cfg = Config(hebbian_search=True, hebbian_same_session=False, reinforce_seconds=3600)
+    cfg = Config(hebbian_search=True, hebbian_same_session=False, reinforce_seconds=3600,
+                 scoped_views=False)  # it reads the whole-store views' queue (m._views)
     with Memory(db_path, embedder=None, clock=clock, config=cfg) as m:
         a = m.add("alpha release of the kafka consumer", user_id="u")[0].id
         b = m.add("beta rollout of the kafka consumer", user_id="u")[0].id

@@ -18,7 +18,7 @@ import pytest
 
 psycopg = pytest.importorskip("psycopg")
 
-from causalmem import Memory  # noqa: E402
+from causalmem import Config, Memory  # noqa: E402
 from causalmem.errors import SchemaVersionError, StoreError  # noqa: E402
 from causalmem.store import SQLiteStore, open_store  # noqa: E402
 from causalmem.store.postgres import PostgresStore, RetryableStoreError, split_dsn  # noqa: E402
@@ -46,7 +46,7 @@ def test_a_dsn_selects_postgres_and_a_path_keeps_sqlite(pg_dsn, tmp_path):
         assert isinstance(mem._store, PostgresStore)
         mem.record_decision("deploy without tests", "production crash")
         assert [a.text for a in mem.search_causal("deploy without tests")] == ["production crash"]
-        assert mem.stats()["schema_version"] == 6
+        assert mem.stats()["schema_version"] == 8
     if os.environ.get("CAUSALMEM_TEST_BACKEND") != "postgres":  # that run maps every path to PostgreSQL
         assert isinstance(open_store(tmp_path / "m.db"), SQLiteStore)
         assert isinstance(open_store(":memory:"), SQLiteStore)
@@ -126,7 +126,7 @@ def test_a_schema_2_memory_is_migrated_to_6_in_place(pg_dsn):
         assert conn.execute("SELECT COUNT(*) FROM changes").fetchone()[0] == 7  # schema 2: one row per key
         assert "edges_src" in _indexes(conn, schema)
         with Memory(pg_dsn, embedder=None) as mem:
-            assert mem.stats()["schema_version"] == 6
+            assert mem.stats()["schema_version"] == 8
             assert [a.text for a in mem.search_causal("shard the queue")][:1] == ["latency halved"]
             assert mem.search_causal("cache the token")[0].superseded_by == "c2"
             mem.record_many([(f"decision {i}", f"outcome {i}") for i in range(50)])
@@ -461,8 +461,9 @@ def test_export_from_postgres_imports_into_sqlite_and_back(pg_dsn, pg_database, 
 def test_catch_up_patches_the_views_from_the_change_log(pg_dsn):
     """Another host's small writes reach this host's views through the change log: new chunks and
     edges are patched in (no full projection rebuild, no re-read of every chunk), invalidations,
-    deletions and text updates too; a purge (rows gone for good) falls back to a full re-read."""
-    a = Memory(pg_dsn, embedder=None)
+    deletions and text updates too; a purge (rows gone for good) falls back to a full re-read. (The
+    whole-store views: a tenant's own views catch up from its change log, tests/test_postgres_scoped.py.)"""
+    a = Memory(pg_dsn, embedder=None, config=Config(scoped_views=False))
     b = Memory(pg_dsn, embedder=None)
     try:
         a.record_many([(f"warm decision {i}", f"warm outcome {i}") for i in range(50)])

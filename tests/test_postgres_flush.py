@@ -5,6 +5,10 @@ The search that fills the batch only wakes the flusher thread, which writes the 
 connection; the links the searches learned are visible to the next query while that write is in
 flight; ``flush()`` and ``close()`` wait for it and write what is still queued. Real server
 (tests/pg_cluster.py); the flusher is held mid-write with an event (no sleeps, no timing).
+
+The flusher thread is the whole-store views': these memories run with ``Config(scoped_views=False)``,
+so that their calls naming a user_id use those views (a tenant's views, ``view_pool``, start no thread
+and write their queue inside the call that fills it: tests/test_postgres_scoped.py).
 """
 from __future__ import annotations
 
@@ -59,7 +63,7 @@ def _stored(m: Memory, x: str, y: str) -> float | None:
 
 
 def test_the_search_that_fills_the_batch_sends_no_write_and_the_links_stay_visible_meanwhile(pg_dsn):
-    cfg = Config(reinforce_seconds=3600, reinforce_batch=4, hebbian_same_session=False, hebbian_search=True)
+    cfg = Config(scoped_views=False, reinforce_seconds=3600, reinforce_batch=4, hebbian_same_session=False, hebbian_search=True)
     with Memory(pg_dsn, embedder=None, config=cfg) as m:
         a = m.add("alpha release of the kafka consumer", user_id="u")[0].id
         b = m.add("beta rollout of the kafka consumer", user_id="u")[0].id
@@ -110,7 +114,7 @@ def test_the_search_that_fills_the_batch_sends_no_write_and_the_links_stay_visib
 
 
 def test_close_writes_the_batch_in_flight_and_what_is_queued_behind_it(pg_dsn):
-    cfg = Config(reinforce_seconds=3600, reinforce_batch=8, hebbian_search=True)
+    cfg = Config(scoped_views=False, reinforce_seconds=3600, reinforce_batch=8, hebbian_search=True)
     m = Memory(pg_dsn, embedder=None, config=cfg)
     edges = m.record_many([(f"pin the {w} version {i}", f"the {w} build {i} went green")
                            for i in range(20) for w in ("compiler", "linker")])
@@ -140,7 +144,7 @@ def test_close_writes_the_batch_in_flight_and_what_is_queued_behind_it(pg_dsn):
 def test_a_failed_flush_keeps_the_batch_in_front_and_nothing_is_lost(pg_dsn):
     """The flusher's write fails (here: another host holds the writer lock past the busy timeout):
     the batch goes back in front of the newer searches, the next flush writes both."""
-    cfg = Config(reinforce_seconds=3600, reinforce_batch=4, hebbian_same_session=False, busy_timeout_ms=200,
+    cfg = Config(scoped_views=False, reinforce_seconds=3600, reinforce_batch=4, hebbian_same_session=False, busy_timeout_ms=200,
                  hebbian_search=True)
     with Memory(pg_dsn, embedder=None, config=cfg) as m, \
             Memory(pg_dsn, embedder=None) as other:
@@ -164,7 +168,7 @@ def test_a_failed_flush_keeps_the_batch_in_front_and_nothing_is_lost(pg_dsn):
 def test_another_hosts_write_during_a_flush_is_still_seen_by_the_next_query(pg_dsn):
     """A write from another host lands while this host's flusher commits: the next query here sees
     it (the flusher's own commit is not taken for it, nor it for the flusher's)."""
-    cfg = Config(reinforce_seconds=3600, reinforce_batch=4)
+    cfg = Config(scoped_views=False, reinforce_seconds=3600, reinforce_batch=4)
     with Memory(pg_dsn, embedder=None, config=cfg) as a, Memory(pg_dsn, embedder=None) as b:
         a.record_many([(f"decision {i}", f"outcome {i}") for i in range(20)])
         a.search_causal("decision 1")
@@ -201,7 +205,7 @@ def test_an_idle_flusher_thread_ends_and_the_next_batch_starts_another(pg_dsn, m
             threads.append(self.thread)
 
     monkeypatch.setattr(reinforce_flush.Flusher, "wake", noted)
-    cfg = Config(reinforce_seconds=3600, reinforce_batch=4)
+    cfg = Config(scoped_views=False, reinforce_seconds=3600, reinforce_batch=4)
     with Memory(pg_dsn, embedder=None, config=cfg) as m:
         m.record_many([(f"decision {i}", f"outcome {i}") for i in range(10)])
         flusher = m._views.reinforcement.flusher
@@ -221,7 +225,7 @@ def test_chunks_purged_before_the_flush_takes_the_lock_get_no_credit(pg_dsn):
     write (after it) leaves no co-occurrence row and no access count for the purged chunks; the
     chunks that remain are credited. (This host's own purge waits for the batch in flight:
     ``Flusher.settle``.)"""
-    cfg = Config(reinforce_seconds=3600, reinforce_batch=4, hebbian_same_session=False, hebbian_search=True)
+    cfg = Config(scoped_views=False, reinforce_seconds=3600, reinforce_batch=4, hebbian_same_session=False, hebbian_search=True)
     with Memory(pg_dsn, embedder=None, config=cfg) as m, Memory(pg_dsn, embedder=None) as other:
         m.add("alpha release of the kafka consumer", user_id="u")
         m.add("beta rollout of the kafka consumer", user_id="u")
@@ -249,7 +253,7 @@ def test_a_confirm_while_a_batch_is_in_flight_leaves_the_projection_equal_to_the
     (a projection rebuilt from the store alone gives the same energy). The confirm's credit counts
     the batch's: the write waits for the batch in flight (``Views._write``), else it would add a
     first credit (``hebbian_start``) on top of the batch's own first one."""
-    cfg = Config(reinforce_seconds=3600, reinforce_batch=4, hebbian_same_session=False, hebbian_search=True)
+    cfg = Config(scoped_views=False, reinforce_seconds=3600, reinforce_batch=4, hebbian_same_session=False, hebbian_search=True)
     with Memory(pg_dsn, embedder=None, config=cfg) as m:
         a = m.add("alpha release of the kafka consumer", user_id="u")[0].id
         b = m.add("beta rollout of the kafka consumer", user_id="u")[0].id
@@ -297,7 +301,7 @@ def test_a_write_waiting_for_the_batch_in_flight_goes_before_the_next_batch(pg_d
     """``Flusher.settle`` is fair: a write that waits for the batch in flight commits before the thread
     takes the next batch, however many searches queue meanwhile (else a stream of searches with a
     small ``reinforce_batch`` starves the main connection's writes)."""
-    cfg = Config(reinforce_seconds=3600, reinforce_batch=1)
+    cfg = Config(scoped_views=False, reinforce_seconds=3600, reinforce_batch=1)
     with Memory(pg_dsn, embedder=None, config=cfg) as m:
         m.add("alpha release of the kafka consumer", user_id="u")
         with Held(m) as held:

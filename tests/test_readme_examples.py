@@ -257,6 +257,11 @@ EXAMPLES: dict[str, Example] = {
         setup="from causalmem import Memory  # setup written by the test: the README's import\n",
         after='mem.record_decision("rotate the key", "sessions dropped")\nmem.close()\n'
               'print("reopened", [a.text for a in Memory(URL, embedder=None).search_causal("rotate the key")])\n'),
+    "scale_tenant_views": Example(
+        "What a worker holds: views per tenant", "mem = Memory(", pg=True, model=True, page="docs/scale.md",
+        setup="from causalmem import Memory  # setup written by the test: the page's import\n",
+        after='assert "tenant-42" in mem._pool.views and mem._pool.budget_bytes == 256 * 1024 * 1024\n'
+              'assert mem._pool.views["tenant-42"].store.user_id == "tenant-42"\nmem.close()\n'),
     "purge": Example(
         "Right to be forgotten", "mem.delete_all(", page="docs/trust.md", setup='''\
 # setup written by the test: alice's and bob's memories, and what alice's purge must leave
@@ -474,6 +479,11 @@ def pg_url(request):
 def test_postgres_url_example(blocks, tmp_path, pg_url):
     out = run_example("postgres_url", blocks, tmp_path, url=pg_url)
     assert printed(out) == ["reopened ['sessions dropped']"], out
+
+
+def test_scale_page_example_searches_through_the_tenants_views(blocks, tmp_path, pg_url):
+    out = run_example("scale_tenant_views", blocks, tmp_path, url=pg_url)  # its asserts ran after the block
+    assert printed(out) == [], out
 
 
 def test_worker_example_two_workers_see_each_other(blocks, tmp_path, pg_url):

@@ -37,7 +37,10 @@ def _activation(m: Memory, query: str, target: str, **scope) -> float | None:
 def two(db_path, clock):
     """Two memories in separate sessions (no edge joins them) that one query finds together
     (credit across sessions allowed here, to watch one link)."""
-    m = Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_search=True, hebbian_same_session=False))
+    # scoped_views=False: these tests read the whole-store views' queue (``m._views``), which a
+    # PostgreSQL memory's calls naming a user_id would otherwise leave for that tenant's own views
+    m = Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_search=True, hebbian_same_session=False,
+                                                                  scoped_views=False))
     a = m.add("alpha release of the kafka consumer", user_id="u")[0].id
     b = m.add("beta rollout of the kafka consumer", user_id="u")[0].id
     yield m, a, b
@@ -165,7 +168,8 @@ def test_credit_rules():
 
 def test_learned_links_never_cross_a_scope(db_path, clock):
     # across sessions allowed: only the scope rule keeps bob's chunk out
-    with Memory(db_path, embedder=None, clock=clock, config=Config(hebbian_search=True, hebbian_same_session=False)) as m:
+    cfg = Config(hebbian_search=True, hebbian_same_session=False, scoped_views=False)  # reads m._views' queue
+    with Memory(db_path, embedder=None, clock=clock, config=cfg) as m:
         alice = m.add("quarterly billing export for alice", user_id="alice")[0].id
         bob = m.add("quarterly billing export secret of bob", user_id="bob")[0].id
         alice2 = m.add("alice renewed the billing contract", user_id="alice")[0].id

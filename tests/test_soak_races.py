@@ -109,7 +109,7 @@ def test_a_refused_flusher_write_logs_once_per_episode_not_per_search(pg_dsn, ca
 
     schema = pg_dsn.rsplit("schema=", 1)[1]
     base = pg_dsn.rsplit("schema=", 1)[0].rstrip("?&")
-    cfg = Config(reinforce_batch=2, reinforce_seconds=3600)
+    cfg = Config(reinforce_batch=2, reinforce_seconds=3600, scoped_views=False)  # the whole-store views' flusher
     with Memory(pg_dsn, embedder=None, config=cfg) as m:
         for i in range(4):
             m.add(f"kafka consumer lag alert number {i}", user_id="u")

@@ -492,6 +492,7 @@ class PostgresStore(ChangeFollowing, SharedStore):
         if seq % 256 == 0:  # keep the change log short
             floor = seq - LOG_KEEP
             self.conn.execute("DELETE FROM changes WHERE seq <= %s", (floor,))
+            self.conn.execute("DELETE FROM tenant_changes WHERE seq <= %s", (floor,))
             self.conn.execute("UPDATE causalmem_state SET log_floor = GREATEST(log_floor, %s)", (floor,))
         return seq
 
