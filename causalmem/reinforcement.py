@@ -131,12 +131,11 @@ class Reinforcement:
         (``defer_refused``) a store that refuses the write (a full disk, a constraint) leaves the queue in
         place for the next write or ``flush``, counted in ``deferred``, one warning per episode: the
         search still answers."""
-        if not self.defer_refused:
-            self.flush(wait=False, sync=False)
-            return
         try:
             self.flush(wait=False, sync=False)
         except StoreError as exc:
+            if not self.defer_refused:
+                raise
             self._deferred_here += 1
             if self._refused_since is None:
                 self._refused_since = self._deferred_here
