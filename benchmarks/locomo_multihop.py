@@ -160,6 +160,10 @@ def run(args: argparse.Namespace) -> str:
         timings: list[tuple[str, dict[str, np.ndarray]]] = []
         with Memory(path, embedder=emb) as mem:
             base = lr.ask_all(mem, convs, dia_of, chans, "auto", reinforce=False, params=None)
+            # The baseline the tables pair against: the shipped search, or (``--versus-channels``) the shipped
+            # search on fewer channels, the shipped point then being one of the values the folds choose from.
+            ref = base if not args.versus_channels else lr.ask_all(
+                mem, convs, dia_of, tuple(args.versus_channels.split(",")), "auto", reinforce=False, params=None)
             sections = []
             for spec in args.mechanism:
                 _, points = parse_mechanism(spec)
@@ -173,6 +177,10 @@ def run(args: argparse.Namespace) -> str:
     lines = [f"## {len(sections)} mechanism(s), channels {', '.join(chans)}", "",
              f"Store build {t_build:.0f} s, total {time.time() - t0:.0f} s. Conversations: {', '.join(conv_ids)}; "
              f"{sum(len(c['qa']) for c in convs)} questions.", ""]
+    if args.versus_channels:
+        lines += [f"Baseline (*off* in the tables): the shipped search on channels {args.versus_channels}; *off* among "
+                  f"the values the folds choose from and the in-sample `off` row are the shipped search on "
+                  f"{', '.join(chans)}.", ""]
     for spec, ms in timings:
         lines += [f"### Latency of `{spec}`: `search` per question, ms (each question asked {args.latency} times "
                   "per variant, variants interleaved; one store)", "",
@@ -187,12 +195,12 @@ def run(args: argparse.Namespace) -> str:
             held, chosen = lr.cross_validate(by_point, conv_ids)
             lines += [f"Cross-validated (value chosen per fold: {', '.join(f'{h}: `{v}`' for h, v in chosen.items())})", ""]
             for m in ("R@10", "nDCG@10"):
-                lines += _table(f"CV, {m}", paired_by_category(held, base, conv_ids, m))
+                lines += _table(f"CV, {m}", paired_by_category(held, ref, conv_ids, m))
         for label, scores in by_point.items():
-            if label == "off":
+            if label == "off" and not args.versus_channels:
                 continue
-            lines += _table(f"in-sample `{label}`, R@10", paired_by_category(scores, base, conv_ids, "R@10"))
-            lines += _table(f"in-sample `{label}`, nDCG@10", paired_by_category(scores, base, conv_ids, "nDCG@10"))
+            lines += _table(f"in-sample `{label}`, R@10", paired_by_category(scores, ref, conv_ids, "R@10"))
+            lines += _table(f"in-sample `{label}`, nDCG@10", paired_by_category(scores, ref, conv_ids, "nDCG@10"))
     return "\n".join(lines) + "\n"
 
 
@@ -235,6 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--doc-context", default="",
                     help="comma-separated word limits: turns shorter than that are encoded with the previous turn "
                          "(0 = every turn); compares stores, the mechanisms are not run")
+    ap.add_argument("--versus-channels", default="",
+                    help="pair against the shipped search on these channels (e.g. 'lexical,graph': the semantic "
+                         "channel's contribution, its weight chosen per fold from the shipped one and the mechanism's)")
     ap.add_argument("--latency", type=int, default=0,
                     help="also time every question's search under off and each mechanism point (best of this many)")
     ap.add_argument("--out", default="-", help="Markdown file to write, '-' = stdout only")

@@ -125,9 +125,14 @@ class Config:
     speaker_match: float = 0.0
     # date match (causalmem/dates.py): a query naming a date (a day, a month, a year) favours the memories
     # whose event time falls in it (widened by ``date_slack_days`` each side), candidates' scores x (1 + this);
-    # 0 = off. Measured in benchmarks/results/locomo_date_match.md
-    date_match: float = 0.0
+    # 0 = off. 16 (the default) is where the effect saturates: the candidates of the named period come
+    # first, in their own order (16, 64 and 10^6 rank alike on LoCoMo dev). benchmarks/results/locomo_date_match.md
+    date_match: float = 16.0
     date_slack_days: float = 0.0
+    # session support (causalmem/sessions.py): a candidate whose session also holds the best hits gains,
+    # x (1 + this x their summed score / (5 x the best score)); 0 = off (the default: with the model its
+    # cross-validated gain is within noise). benchmarks/results/locomo_session_support.md
+    session_support: float = 0.0
     max_top_k: int = 1000
     # SQLite
     busy_timeout_ms: int = 30000
@@ -195,7 +200,7 @@ class Config:
         if isinstance(self.transfer_links, bool) or not isinstance(self.transfer_links, int) \
                 or not 0 <= self.transfer_links <= 64:
             raise ValueError(f"transfer_links must be an integer in [0, 64], got {self.transfer_links!r}")
-        for name in ("date_match", "date_slack_days"):
+        for name in ("date_match", "date_slack_days", "session_support"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < float("inf"):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")

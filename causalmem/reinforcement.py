@@ -80,7 +80,7 @@ class Reinforcement:
         self._deferred_here = 0  # flushes without waiting that found the write lock taken (kept queued)
         # a tenant's views on a server (``view_pool``: no flusher thread of its own) write the batch in the
         # search that fills it; a refusal keeps the queue, as the flusher's would (``_flush_in_search``)
-        self.defer_refused = self.flusher is None and hasattr(getattr(self.store, "base", None), "writer_twin")
+        self.defer_refused = self.flusher is None and getattr(self.store, "pooled", False)
         self._refused_since: int | None = None  # ``_deferred_here`` when this episode of refusals began
 
     # ------------------------------------------------------------------ queueing

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import _kernels, dates, entities, ingest, learning, metadata_filter, projection, speakers
+from . import _kernels, dates, entities, ingest, learning, metadata_filter, projection, sessions, speakers
 from .config import Config
 from .store.base import ChunkRow, StoreBackend
 from .types import Chunk, Hit, to_timestamp
@@ -84,9 +84,14 @@ class RetrievalParams:
     speaker_pool: int = 50
     # Date match (``dates.date_match``): when the query names a date (a day, a month, a year), the candidates
     # whose event time (else creation time) falls in it, widened by ``date_slack_days`` each side, are
-    # multiplied by 1 + date_match. 0 = off (``Config.date_match``).
-    date_match: float = 0.0
+    # multiplied by 1 + date_match. 0 = off; ``Config.date_match``, 16 by default (the candidates of the period first).
+    date_match: float = 16.0
     date_slack_days: float = 0.0
+    # Session support (``sessions.session_support``): a candidate is multiplied by 1 + session_support x the
+    # summed scores of the best ``session_seeds`` candidates in its session (itself left out) / (session_seeds
+    # x the best score). 0 = off (``Config.session_support``).
+    session_support: float = 0.0
+    session_seeds: int = 5
 
 
 PARAMS = RetrievalParams()
@@ -99,10 +104,12 @@ def _params_for(config: Config) -> RetrievalParams:
     spk = getattr(config, "speaker_match", PARAMS.speaker_match)
     dm = getattr(config, "date_match", PARAMS.date_match)
     slack = getattr(config, "date_slack_days", PARAMS.date_slack_days)
-    if (rrf_k, w_lex, spk, dm, slack) == (PARAMS.rrf_k, PARAMS.w_lex, PARAMS.speaker_match, PARAMS.date_match,
-                                          PARAMS.date_slack_days):
+    sup = getattr(config, "session_support", PARAMS.session_support)
+    if (rrf_k, w_lex, spk, dm, slack, sup) == (PARAMS.rrf_k, PARAMS.w_lex, PARAMS.speaker_match, PARAMS.date_match,
+                                               PARAMS.date_slack_days, PARAMS.session_support):
         return PARAMS
-    return replace(PARAMS, rrf_k=rrf_k, w_lex=w_lex, speaker_match=spk, date_match=dm, date_slack_days=slack)
+    return replace(PARAMS, rrf_k=rrf_k, w_lex=w_lex, speaker_match=spk, date_match=dm, date_slack_days=slack,
+                   session_support=sup)
 
 
 def _check_args(query: Any, top_k: Any, channels: Any, fusion: Any, max_top_k: int) -> tuple[str, ...]:
@@ -253,6 +260,8 @@ def _ranked(views: Views, query: str, top_k: int, chans: tuple[str, ...], fusion
             et = table.event_time[nids]
             scores = dates.date_match(nids, scores, np.where(np.isnan(et), table.created_at[nids], et), query,
                                       p.date_match, p.date_slack_days)
+        if p.session_support > 0:
+            scores = sessions.session_support(nids, scores, table.session[nids], p.session_support, p.session_seeds)
         order = np.lexsort((nids, -scores))
         pre = nids[order[: top_k * 3]]
         sup = views.store.superseded_chunks(pre.tolist())

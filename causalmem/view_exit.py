@@ -41,9 +41,9 @@ def _close_at_exit() -> None:
     thread stuck in a native call: the files stay as they are, valid or ignored by their header)."""
     with _OPEN_LOCK:
         todo = [v for v in _OPEN if not v.closed]
-    # a tenant's views (its store wraps the whole store's, ``base``) first: it writes its queued
-    # reinforcement through the connection the whole store's views close
-    todo.sort(key=lambda v: not hasattr(v.store, "base"))
+    # a tenant's views (``ScopedStore.pooled``) first: it writes its queued reinforcement through the
+    # connection the whole store's views close
+    todo.sort(key=lambda v: not getattr(v.store, "pooled", False))
     for views in todo:
         close_at_exit(views)
 

@@ -375,22 +375,24 @@ class VectorView:
         anything asked for it: a tenant's views that served lexical and graph queries only) from the store."""
         vi = self.index
         ids = np.asarray(nids, dtype=np.int64)
-        emb = self.embedder
-        if emb is None or not len(ids):
+        if self.embedder is None or not len(ids):
             return np.empty(0, np.int64), np.empty((0, 0), np.float32)
         if vi is None:
-            rows = self.store.embeddings_of(ids.tolist(), emb.model_name)
-            if not rows:
-                return np.empty(0, np.int64), np.empty((0, 0), np.float32)
-            rid, vecs = decode_rows(rows, emb.dim)
-            return rid, (vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+            return self._stored_vectors(ids)
         got, mat = vi.vectors_of(ids)
         if not vi.ready and len(got) < len(ids):  # loading: the store has the rest
-            rest = np.setdiff1d(ids, got)
-            rows = self.store.embeddings_of(rest.tolist(), emb.model_name)
-            if rows:
-                rid, vecs = decode_rows(rows, emb.dim)
-                vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
-                got, mat = np.concatenate([got, rid]), np.vstack([mat, vecs.astype(np.float32)])
+            rid, vecs = self._stored_vectors(np.setdiff1d(ids, got))
+            if len(rid):
+                got, mat = np.concatenate([got, rid]), np.vstack([mat, vecs])
         return got, mat
+
+    def _stored_vectors(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The stored vectors of ``ids`` under this model, unit-normalised as the index holds them."""
+        emb = self.embedder
+        assert emb is not None  # vectors_of answers without a model before asking
+        rows = self.store.embeddings_of(ids.tolist(), emb.model_name)
+        if not rows:
+            return np.empty(0, np.int64), np.empty((0, 0), np.float32)
+        rid, vecs = decode_rows(rows, emb.dim)
+        return rid, (vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)).astype(np.float32)
 

@@ -1,4 +1,4 @@
-"""The date match: a query naming a date favours the memories told around that date (off by default)."""
+"""The date match: a query naming a date favours the memories told around that date (on by default)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -86,10 +86,10 @@ def test_search_date_match_puts_the_named_days_turn_first(tmp_path, embedder, ch
     _store(path, embedder)
     q = "What painting did Melanie show on 13 October, 2023?"
     plain = "What painting did Melanie show?"
-    with Memory(path, embedder=embedder) as mem:
+    with Memory(path, embedder=embedder, config=Config(date_match=0.0)) as mem:
         off = mem.search(q, top_k=2, user_id="u", channels=channels, reinforce=False)
         plain_off = mem.search(plain, top_k=4, user_id="u", channels=channels, reinforce=False)
-    with Memory(path, embedder=embedder, config=Config(date_match=4.0)) as mem:
+    with Memory(path, embedder=embedder) as mem:  # the default: on
         on = mem.search(q, top_k=2, user_id="u", channels=channels, reinforce=False)
         plain_on = mem.search(plain, top_k=4, user_id="u", channels=channels, reinforce=False)
     assert off[0].text.startswith("Melanie: I painted a lake")  # without the match the May turn wins
@@ -109,8 +109,9 @@ def test_search_date_slack_reaches_a_turn_told_days_after_the_named_day(tmp_path
     assert got[7.0][0].text == "Melanie: " + SESSIONS[1][1][0][1]
 
 
-def test_config_date_match_is_off_by_default_and_checked_by_name():
-    assert Config().date_match == 0.0
+def test_config_date_match_is_on_by_default_and_checked_by_name():
+    assert Config().date_match == 16.0
+    assert Config(date_match=0).date_match == 0
     assert Config(date_match=4, date_slack_days=0).date_slack_days == 0
     for bad in (-1.0, float("nan"), float("inf"), True, "1"):
         with pytest.raises(ValueError, match="date_match must be a finite number >= 0"):

@@ -49,6 +49,9 @@ class ScopedStore:
     """The rows of one ``user_id`` of a PostgreSQL store, renumbered densely (see the module docstring)."""
 
     embeds = False  # the whole-store views' worker embeds every tenant's rows; a pooled views has none
+    # a tenant's store in a ``ViewPool``: it writes through the whole store's connection, and its views have
+    # no flusher thread (``Reinforcement.defer_refused``) and close before the whole store's (``view_exit``)
+    pooled = True
 
     def __init__(self, base: Any, user_id: str) -> None:
         self.base = base

@@ -1,0 +1,39 @@
+"""Session support: a candidate whose session also holds other strong hits gains (``RetrievalParams.session_support``).
+
+Evidence for a question spread over several turns tends to sit in one session of the conversation (the
+session where the topic was discussed): a turn that matches the question weakly but shares its session
+with the best hits is likelier to be part of the answer than an equally weak match elsewhere. The
+mechanism reads no model and no list: a candidate's score is multiplied by
+``1 + weight x (sum of the scores of the best ``seeds`` candidates in its session, itself left out) /
+(seeds x best score)``. Candidates without a session (code 0) are left as they are. Only reorders the
+candidates; none enters."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def session_support(nids: np.ndarray, scores: np.ndarray, sessions: np.ndarray, weight: float,
+                    seeds: int) -> np.ndarray:
+    """``scores`` of candidates ``nids`` (session codes ``sessions``, 0 = none) with the support of their
+    session's best hits applied (a new array; the input unchanged when nothing applies)."""
+    if weight <= 0 or seeds < 1 or len(nids) < 2:
+        return scores
+    sc = np.asarray(scores, dtype=np.float64)
+    top = np.lexsort((nids, -sc))[:seeds]
+    best = float(sc[top[0]])
+    if best <= 0:
+        return scores
+    top = top[(sessions[top] != 0) & (sc[top] > 0)]
+    if not len(top):
+        return scores
+    codes, inv = np.unique(sessions[top], return_inverse=True)
+    mass = np.bincount(inv, weights=sc[top], minlength=len(codes))
+    pos = np.searchsorted(codes, sessions)
+    pos = np.minimum(pos, len(codes) - 1)
+    support = np.where(codes[pos] == sessions, mass[pos], 0.0)
+    own = np.zeros(len(sc))
+    own[top] = sc[top]
+    support = np.maximum(support - own, 0.0)
+    if not support.any():
+        return scores
+    return sc * (1.0 + weight * support / (seeds * best))

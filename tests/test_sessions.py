@@ -1,0 +1,58 @@
+"""Session support: a weak match that shares its session with the best hits climbs (off by default)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from causalmem import Memory, sessions
+from causalmem.config import Config
+
+
+def test_session_support_multiplies_by_the_other_best_hits_of_the_session():
+    nids = np.arange(6)
+    scores = np.array([1.0, 0.9, 0.5, 0.4, 0.3, 0.2])
+    codes = np.array([1, 1, 2, 1, 0, 2])  # 0 = no session
+    out = sessions.session_support(nids, scores, codes, 1.0, 3)
+    # seeds 0, 1, 2: session 1 holds 1.0 + 0.9, session 2 holds 0.5; a seed's own score is left out
+    want = [1.0 * (1 + 0.9 / 3), 0.9 * (1 + 1.0 / 3), 0.5, 0.4 * (1 + 1.9 / 3), 0.3, 0.2 * (1 + 0.5 / 3)]
+    assert np.allclose(out, want)
+    assert scores.tolist() == [1.0, 0.9, 0.5, 0.4, 0.3, 0.2]  # the input is not changed
+
+
+@pytest.mark.parametrize("weight, seeds, codes", [
+    (0.0, 3, [1, 1, 1]),   # off
+    (1.0, 0, [1, 1, 1]),   # no seeds
+    (1.0, 3, [0, 0, 0]),   # no sessions
+    (1.0, 3, [1, 2, 3]),   # every seed alone in its session and no other candidate shares one
+])
+def test_session_support_leaves_the_scores_when_nothing_applies(weight, seeds, codes):
+    scores = np.array([0.9, 0.5, 0.1])
+    out = sessions.session_support(np.arange(3), scores, np.array(codes), weight, seeds)
+    assert out.tolist() == scores.tolist()
+
+
+def test_config_session_support_is_off_by_default_and_checked_by_name():
+    assert Config().session_support == 0.0
+    assert Config(session_support=1).session_support == 1
+    for bad in (-1.0, float("nan"), float("inf"), True, "1"):
+        with pytest.raises(ValueError, match="session_support must be a finite number >= 0"):
+            Config(session_support=bad)
+
+
+def test_search_session_support_lifts_the_turn_of_the_matching_session(tmp_path):
+    """The garden and the tomatoes are talked about in session 1; its watering turn, long and three turns
+    after them, matches the query less than session 2's short watering turn. With support it climbs above."""
+    path = tmp_path / "m.db"
+    with Memory(path, embedder=None) as mem:
+        mem.add(["Ana: the garden tomatoes are ripe", "Ben: tomatoes from the garden, great", "Ana: how was the match",
+                 "Ben: we lost again", "Ana: too bad, next time",
+                 "Ana: I did the watering this morning before the long walk with the dog"], user_id="u", session_id="1")
+        mem.add(["Ben: my sister called", "Ana: the watering can", "Ben: see you at work"], user_id="u", session_id="2")
+    target, other = "Ana: I did the watering this morning before the long walk with the dog", "Ana: the watering can"
+    got = {}
+    for w in (0.0, 2.0):
+        with Memory(path, embedder=None, config=Config(session_support=w)) as mem:
+            got[w] = [h.text for h in mem.search("garden tomatoes watering", top_k=6, user_id="u", reinforce=False)]
+    assert got[0.0].index(other) < got[0.0].index(target)
+    assert got[2.0].index(target) < got[2.0].index(other)
+    assert got[2.0][:2] == got[0.0][:2]  # the best hits keep their places
