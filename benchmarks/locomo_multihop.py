@@ -162,8 +162,12 @@ def run(args: argparse.Namespace) -> str:
             base = lr.ask_all(mem, convs, dia_of, chans, "auto", reinforce=False, params=None)
             # The baseline the tables pair against: the shipped search, or (``--versus-channels``) the shipped
             # search on fewer channels, the shipped point then being one of the values the folds choose from.
-            ref = base if not args.versus_channels else lr.ask_all(
-                mem, convs, dia_of, tuple(args.versus_channels.split(",")), "auto", reinforce=False, params=None)
+            ref = base
+            if args.versus_channels or args.versus:
+                over = parse_mechanism(args.versus)[1][0][1] if args.versus else {}
+                ref = lr.ask_all(mem, convs, dia_of, tuple(args.versus_channels.split(",")) if args.versus_channels
+                                 else chans, "auto", reinforce=False,
+                                 params=replace(retrieval.PARAMS, **over) if over else None)
             sections = []
             for spec in args.mechanism:
                 _, points = parse_mechanism(spec)
@@ -177,8 +181,10 @@ def run(args: argparse.Namespace) -> str:
     lines = [f"## {len(sections)} mechanism(s), channels {', '.join(chans)}", "",
              f"Store build {t_build:.0f} s, total {time.time() - t0:.0f} s. Conversations: {', '.join(conv_ids)}; "
              f"{sum(len(c['qa']) for c in convs)} questions.", ""]
-    if args.versus_channels:
-        lines += [f"Baseline (*off* in the tables): the shipped search on channels {args.versus_channels}; *off* among "
+    if args.versus_channels or args.versus:
+        what = " with ".join(x for x in (f"channels {args.versus_channels}" if args.versus_channels else "",
+                                         f"`{args.versus}`" if args.versus else "") if x)
+        lines += [f"Baseline (*off* in the tables): the shipped search, {what}; *off* among "
                   f"the values the folds choose from and the in-sample `off` row are the shipped search on "
                   f"{', '.join(chans)}.", ""]
     for spec, ms in timings:
@@ -197,7 +203,7 @@ def run(args: argparse.Namespace) -> str:
             for m in ("R@10", "nDCG@10"):
                 lines += _table(f"CV, {m}", paired_by_category(held, ref, conv_ids, m))
         for label, scores in by_point.items():
-            if label == "off" and not args.versus_channels:
+            if label == "off" and not (args.versus_channels or args.versus):
                 continue
             lines += _table(f"in-sample `{label}`, R@10", paired_by_category(scores, ref, conv_ids, "R@10"))
             lines += _table(f"in-sample `{label}`, nDCG@10", paired_by_category(scores, ref, conv_ids, "nDCG@10"))
@@ -246,6 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--versus-channels", default="",
                     help="pair against the shipped search on these channels (e.g. 'lexical,graph': the semantic "
                          "channel's contribution, its weight chosen per fold from the shipped one and the mechanism's)")
+    ap.add_argument("--versus", default="",
+                    help="pair against the shipped search with these RetrievalParams overrides (e.g. 'date_match=0': "
+                         "a mechanism that is on by default against it off)")
     ap.add_argument("--latency", type=int, default=0,
                     help="also time every question's search under off and each mechanism point (best of this many)")
     ap.add_argument("--out", default="-", help="Markdown file to write, '-' = stdout only")
