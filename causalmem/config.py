@@ -130,9 +130,10 @@ class Config:
     date_match: float = 16.0
     date_slack_days: float = 0.0
     # session support (causalmem/sessions.py): a candidate whose session also holds the best hits gains,
-    # x (1 + this x their summed score / (5 x the best score)); 0 = off (the default: with the model its
-    # cross-validated gain is within noise). benchmarks/results/locomo_session_support.md
-    session_support: float = 0.0
+    # x (1 + this x their summed score / (5 x the best score)); 0 = off. None (the default): 4 for a search
+    # without the semantic channel (lexical + graph: +0.042 R@10 cross-validated), 0 with it (its
+    # cross-validated gain there is within noise). benchmarks/results/locomo_session_support.md
+    session_support: float | None = None
     max_top_k: int = 1000
     # SQLite
     busy_timeout_ms: int = 30000
@@ -202,6 +203,8 @@ class Config:
             raise ValueError(f"transfer_links must be an integer in [0, 64], got {self.transfer_links!r}")
         for name in ("date_match", "date_slack_days", "session_support"):
             v = getattr(self, name)
+            if v is None and name == "session_support":
+                continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < float("inf"):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
         if not 1 <= self.reinforce_batch <= self.reinforce_queue_max:

@@ -87,10 +87,12 @@ class RetrievalParams:
     # multiplied by 1 + date_match. 0 = off; ``Config.date_match``, 16 by default (the candidates of the period first).
     date_match: float = 16.0
     date_slack_days: float = 0.0
-    # Session support (``sessions.session_support``): a candidate is multiplied by 1 + session_support x the
-    # summed scores of the best ``session_seeds`` candidates in its session (itself left out) / (session_seeds
-    # x the best score). 0 = off (``Config.session_support``).
+    # Session support (``sessions.session_support``): a candidate is multiplied by 1 + weight x the summed
+    # scores of the best ``session_seeds`` candidates in its session (itself left out) / (session_seeds x the
+    # best score); the weight is ``session_support`` when the semantic channel ran, ``session_support_lexical``
+    # when it did not (lexical + graph). 0 = off. ``Config.session_support`` (None: these two).
     session_support: float = 0.0
+    session_support_lexical: float = 4.0
     session_seeds: int = 5
 
 
@@ -104,12 +106,14 @@ def _params_for(config: Config) -> RetrievalParams:
     spk = getattr(config, "speaker_match", PARAMS.speaker_match)
     dm = getattr(config, "date_match", PARAMS.date_match)
     slack = getattr(config, "date_slack_days", PARAMS.date_slack_days)
-    sup = getattr(config, "session_support", PARAMS.session_support)
-    if (rrf_k, w_lex, spk, dm, slack, sup) == (PARAMS.rrf_k, PARAMS.w_lex, PARAMS.speaker_match, PARAMS.date_match,
-                                               PARAMS.date_slack_days, PARAMS.session_support):
+    sup = getattr(config, "session_support", None)
+    sup_sem, sup_lex = (PARAMS.session_support, PARAMS.session_support_lexical) if sup is None else (sup, sup)
+    if (rrf_k, w_lex, spk, dm, slack, sup_sem, sup_lex) == (
+            PARAMS.rrf_k, PARAMS.w_lex, PARAMS.speaker_match, PARAMS.date_match, PARAMS.date_slack_days,
+            PARAMS.session_support, PARAMS.session_support_lexical):
         return PARAMS
     return replace(PARAMS, rrf_k=rrf_k, w_lex=w_lex, speaker_match=spk, date_match=dm, date_slack_days=slack,
-                   session_support=sup)
+                   session_support=sup_sem, session_support_lexical=sup_lex)
 
 
 def _check_args(query: Any, top_k: Any, channels: Any, fusion: Any, max_top_k: int) -> tuple[str, ...]:
@@ -260,8 +264,9 @@ def _ranked(views: Views, query: str, top_k: int, chans: tuple[str, ...], fusion
             et = table.event_time[nids]
             scores = dates.date_match(nids, scores, np.where(np.isnan(et), table.created_at[nids], et), query,
                                       p.date_match, p.date_slack_days)
-        if p.session_support > 0:
-            scores = sessions.session_support(nids, scores, table.session[nids], p.session_support, p.session_seeds)
+        w_sup = p.session_support if qvec is not None else p.session_support_lexical
+        if w_sup > 0:
+            scores = sessions.session_support(nids, scores, table.session[nids], w_sup, p.session_seeds)
         order = np.lexsort((nids, -scores))
         pre = nids[order[: top_k * 3]]
         sup = views.store.superseded_chunks(pre.tolist())

@@ -1,10 +1,11 @@
-"""Session support: a weak match that shares its session with the best hits climbs (off by default)."""
+"""Session support: a weak match that shares its session with the best hits climbs (by default in a search
+without the semantic channel only)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from causalmem import Memory, sessions
+from causalmem import Memory, retrieval, sessions
 from causalmem.config import Config
 
 
@@ -31,9 +32,13 @@ def test_session_support_leaves_the_scores_when_nothing_applies(weight, seeds, c
     assert out.tolist() == scores.tolist()
 
 
-def test_config_session_support_is_off_by_default_and_checked_by_name():
-    assert Config().session_support == 0.0
+def test_config_session_support_defaults_by_channel_and_is_checked_by_name():
+    assert Config().session_support is None
     assert Config(session_support=1).session_support == 1
+    p = retrieval._params_for(Config())
+    assert (p.session_support, p.session_support_lexical) == (0.0, 4.0)
+    p = retrieval._params_for(Config(session_support=0))
+    assert (p.session_support, p.session_support_lexical) == (0.0, 0.0)
     for bad in (-1.0, float("nan"), float("inf"), True, "1"):
         with pytest.raises(ValueError, match="session_support must be a finite number >= 0"):
             Config(session_support=bad)
@@ -50,9 +55,26 @@ def test_search_session_support_lifts_the_turn_of_the_matching_session(tmp_path)
         mem.add(["Ben: my sister called", "Ana: the watering can", "Ben: see you at work"], user_id="u", session_id="2")
     target, other = "Ana: I did the watering this morning before the long walk with the dog", "Ana: the watering can"
     got = {}
-    for w in (0.0, 2.0):
+    for w in (0.0, 2.0, None):
         with Memory(path, embedder=None, config=Config(session_support=w)) as mem:
             got[w] = [h.text for h in mem.search("garden tomatoes watering", top_k=6, user_id="u", reinforce=False)]
     assert got[0.0].index(other) < got[0.0].index(target)
     assert got[2.0].index(target) < got[2.0].index(other)
     assert got[2.0][:2] == got[0.0][:2]  # the best hits keep their places
+    assert got[None].index(target) < got[None].index(other)  # the default without a model: on (weight 4)
+
+
+def test_search_session_support_default_is_off_with_the_semantic_channel(tmp_path, embedder):
+    """The default (None) applies no support when the semantic channel runs: the same hits as weight 0."""
+    path = tmp_path / "m.db"
+    with Memory(path, embedder=embedder) as mem:
+        mem.add(["Ana: the garden tomatoes are ripe", "Ben: tomatoes from the garden, great", "Ana: how was the match",
+                 "Ana: I did the watering this morning before the long walk with the dog"], user_id="u", session_id="1")
+        mem.add(["Ben: my sister called", "Ana: the watering can"], user_id="u", session_id="2")
+        mem.flush()
+    got = {}
+    for w in (None, 0.0):
+        with Memory(path, embedder=embedder, config=Config(session_support=w)) as mem:
+            got[w] = [(h.id, round(h.score, 9)) for h in mem.search("garden tomatoes watering", top_k=6, user_id="u",
+                                                                      reinforce=False)]
+    assert got[None] == got[0.0]
