@@ -45,8 +45,8 @@ def test_config_session_support_defaults_by_channel_and_is_checked_by_name():
 
 
 def test_search_session_support_lifts_the_turn_of_the_matching_session(tmp_path):
-    """The garden and the tomatoes are talked about in session 1; its watering turn, long and three turns
-    after them, matches the query less than session 2's short watering turn. With support it climbs above."""
+    """The garden and the tomatoes are talked about in the first conversation; its watering turn, long and three
+    turns after them, matches the query less than the short watering turn of the other. With support it climbs."""
     path = tmp_path / "m.db"
     with Memory(path, embedder=None) as mem:
         mem.add(["Ana: the garden tomatoes are ripe", "Ben: tomatoes from the garden, great", "Ana: how was the match",
