@@ -209,7 +209,17 @@ def grid_points(channels: tuple[str, ...], fusion: str, grid: str) -> list[tuple
                          graph_backward=base.graph_forward * scale * ratio,
                          prf_weight=pt.get("prf_weight", base.prf_weight))
         out.append((" ".join(f"{n}={v:g}" for n, v in pt.items()), params))
+    for name, values in EXTRA_AXES.items():  # --grid-axis: every point at each value (the first = shipped)
+        out = [(label if v == values[0] else f"{label} {name}={v:g}",
+                params if v == values[0] else replace(params or base, **{name: v}))
+               for label, params in out for v in values]
     return out
+
+
+# --grid-axis: RetrievalParams fields added to the grid (first value = the shipped one); the folds choose
+# them together with the grid's constants, and the run also reports that nested choice paired against the
+# grid without them.
+EXTRA_AXES: dict[str, tuple[float, ...]] = {}
 
 
 def build_store(convs: list[dict], embedder: Any, path: Path) -> dict[str, str]:
@@ -767,6 +777,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--raw-cosine", action="store_true",
                     help="ablation: raw cosines in the blend (no centring on the candidates' mean vector), semantic "
                     "weight 2 shipped (the fusion before centring)")
+    ap.add_argument("--grid-axis", action="append", default=[],
+                    help="a RetrievalParams field added to the CV grid, 'session_support=0,2,4' (first value = the "
+                         "shipped one); also prints the nested choice paired against the grid without it")
     ap.add_argument("--json", type=Path, default=None, help="also write the summaries as JSON here")
     ap.add_argument("--dump", type=Path, default=None,
                     help="write every grid point's per-question scores (reinforce on and off) to this .npz")
@@ -800,6 +813,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise SystemExit(f"locomo_retrieval: --params {item!r}: RetrievalParams has no field {key.strip()!r}")
             over[key.strip()] = raw.strip() in ("1", "true", "True") if isinstance(cur, bool) else type(cur)(float(raw))
         retrieval.PARAMS = replace(retrieval.PARAMS, **over)
+    for spec in args.grid_axis:
+        name, _, vals = spec.partition("=")
+        name = name.strip()
+        if not hasattr(retrieval.PARAMS, name):
+            raise SystemExit(f"locomo_retrieval: --grid-axis {spec!r}: RetrievalParams has no field {name!r}")
+        values = tuple(type(getattr(retrieval.PARAMS, name))(float(v)) for v in vals.split(",") if v.strip())
+        if not values or values[0] != getattr(retrieval.PARAMS, name):
+            raise SystemExit(f"locomo_retrieval: --grid-axis {spec!r}: the first value must be the shipped "
+                             f"{getattr(retrieval.PARAMS, name)!r}")
+        EXTRA_AXES[name] = values
     if args.raw_cosine:
         retrieval.PARAMS = replace(retrieval.PARAMS, centre=False)  # raw cosine weight raw_weight x blend_vec = 2
         GRID_AXES["blend_vec"] = (1.0, 0.25, 0.5, 1.5, 0.0)  # raw weights 2, 0.5, 1, 3, 0 (the grid before)
@@ -854,6 +877,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                         by_point[name] = ask_all(shared, convs, dia_of, channels, fusion, reinforce=False,
                                                  params=params)
                 cv, chosen = cross_validate(by_point, conv_ids)
+                if EXTRA_AXES:
+                    tags = [f" {n}=" for n in EXTRA_AXES]
+                    plain = {g: v for g, v in by_point.items() if not any(t in f" {g}" for t in tags)}
+                    cv0, chosen0 = cross_validate(plain, conv_ids)
+                    sp = paired_spread(cv, cv0, conv_ids)
+                    a, b = summarise_scores(cv, conv_ids), summarise_scores(cv0, conv_ids)
+                    for m in ("R@10", "nDCG@10"):
+                        d = sp[m]
+                        print(f"{label}: CV {m} with the folds also choosing {dict(EXTRA_AXES)} {a['all'][m]:.4f} "
+                              f"vs the grid without them {b['all'][m]:.4f}: {d['pooled']:+.4f} [{d['lo']:+.4f}, "
+                              f"{d['hi']:+.4f}], {d['up']} up / {d['down']} down", flush=True)
+                    print(f"{label}: chosen with them {chosen}; without {chosen0}", flush=True)
+                    for c in CATEGORIES:
+                        print(f"{label}: category {c} {CAT_NAMES[c]} CV R@10 {a[str(c)]['R@10']:.3f} vs "
+                              f"{b[str(c)]['R@10']:.3f}", flush=True)
                 best = best_in_sample(by_point, conv_ids)
                 row = {"label": f"{label}, reinforce={'on' if reinforce else 'off'}",
                        "in": summarise_scores(by_point["shipped"], conv_ids), "cv": summarise_scores(cv, conv_ids),
