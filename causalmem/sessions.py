@@ -5,8 +5,9 @@ session where the topic was discussed): a turn that matches the question weakly 
 with the best hits is likelier to be part of the answer than an equally weak match elsewhere. The
 mechanism reads no model and no list: a candidate's score is multiplied by
 ``1 + weight x (sum of the scores of the best ``seeds`` candidates in its session, itself left out) /
-(seeds x best score)``. Candidates without a session (code 0) are left as they are. Only reorders the
-candidates; none enters."""
+(seeds x best score)``. Candidates without a session (code 0) are left as they are, and nothing changes
+when the best hit itself was said in no session (a decision or a fact answers the query: there is no session to
+complete). Only reorders the candidates; none enters."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,7 +22,7 @@ def session_support(nids: np.ndarray, scores: np.ndarray, sessions: np.ndarray, 
     sc = np.asarray(scores, dtype=np.float64)
     top = np.lexsort((nids, -sc))[:seeds]
     best = float(sc[top[0]])
-    if best <= 0:
+    if best <= 0 or sessions[top[0]] == 0:  # the best hit was said in no session: nothing to complete
         return scores
     top = top[(sessions[top] != 0) & (sc[top] > 0)]
     if not len(top):

@@ -25,6 +25,7 @@ def test_session_support_multiplies_by_the_other_best_hits_of_the_session():
     (1.0, 0, [1, 1, 1]),   # no seeds
     (1.0, 3, [0, 0, 0]),   # no sessions
     (1.0, 3, [1, 2, 3]),   # every seed alone in its session and no other candidate shares one
+    (1.0, 3, [0, 1, 1]),   # the best hit was said in no session (a decision): nothing to complete
 ])
 def test_session_support_leaves_the_scores_when_nothing_applies(weight, seeds, codes):
     scores = np.array([0.9, 0.5, 0.1])
