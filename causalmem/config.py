@@ -130,7 +130,8 @@ class Config:
     date_match: float = 16.0
     date_slack_days: float = 0.0
     # session support (causalmem/sessions.py): a candidate whose session also holds the best hits gains,
-    # x (1 + this x their summed score / (5 x the best score)); 0 = off. None (the default): 4 for a search
+    # x (1 + this x their summed score / (5 x the best score)), in the blend fusion (the default; rrf and hybrid
+    # keep their scores); 0 = off. None (the default): 4 for a search
     # without the semantic channel (lexical + graph: +0.042 R@10 cross-validated), 0 with it (its
     # cross-validated gain there is within noise). benchmarks/results/locomo_session_support.md
     session_support: float | None = None

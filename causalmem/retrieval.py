@@ -264,7 +264,8 @@ def _ranked(views: Views, query: str, top_k: int, chans: tuple[str, ...], fusion
             et = table.event_time[nids]
             scores = dates.date_match(nids, scores, np.where(np.isnan(et), table.created_at[nids], et), query,
                                       p.date_match, p.date_slack_days)
-        w_sup = p.session_support if qvec is not None else p.session_support_lexical
+        # measured on the blend only: rrf and hybrid keep their documented scores
+        w_sup = 0.0 if fusion != "blend" else p.session_support if qvec is not None else p.session_support_lexical
         if w_sup > 0:
             scores = sessions.session_support(nids, scores, table.session[nids], w_sup, p.session_seeds)
         order = np.lexsort((nids, -scores))
