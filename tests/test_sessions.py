@@ -45,24 +45,48 @@ def test_config_session_support_defaults_by_channel_and_is_checked_by_name():
             Config(session_support=bad)
 
 
-def test_search_session_support_lifts_the_turn_of_the_matching_session(tmp_path):
-    """The garden and the tomatoes are talked about in the first conversation; its watering turn, long and three
-    turns after them, matches the query less than the short watering turn of the other. With support it climbs."""
-    path = tmp_path / "m.db"
+def _garden_store(path, fillers: int) -> None:
     with Memory(path, embedder=None) as mem:
         mem.add(["Ana: the garden tomatoes are ripe", "Ben: tomatoes from the garden, great", "Ana: how was the match",
                  "Ben: we lost again", "Ana: too bad, next time",
                  "Ana: I did the watering this morning before the long walk with the dog"], user_id="u", session_id="1")
         mem.add(["Ben: my sister called", "Ana: the watering can", "Ben: see you at work"], user_id="u", session_id="2")
-    target, other = "Ana: I did the watering this morning before the long walk with the dog", "Ana: the watering can"
+        for i in range(fillers):  # weak matches, each said alone: the lexical channel fills its 50 candidates
+            mem.add([f"Cy: entry {i} of the community garden committee minutes, a long list of agenda items and other "
+                     "business"], user_id="u", session_id=f"n{i}")
+
+
+TARGET, OTHER = "Ana: I did the watering this morning before the long walk with the dog", "Ana: the watering can"
+
+
+def test_search_session_support_lifts_the_turn_of_the_matching_session(tmp_path):
+    """The garden and the tomatoes are talked about in the first conversation; its watering turn, long and three
+    turns after them, matches the query less than the short watering turn of the other. With support it climbs
+    above it; so do the first conversation's turns that match nothing (the cost of the mechanism)."""
+    path = tmp_path / "m.db"
+    _garden_store(path, 60)
     got = {}
     for w in (0.0, 2.0, None):
         with Memory(path, embedder=None, config=Config(session_support=w)) as mem:
-            got[w] = [h.text for h in mem.search("garden tomatoes watering", top_k=6, user_id="u", reinforce=False)]
-    assert got[0.0].index(other) < got[0.0].index(target)
-    assert got[2.0].index(target) < got[2.0].index(other)
+            got[w] = [h.text for h in mem.search("garden tomatoes watering", top_k=8, user_id="u", reinforce=False)]
+    assert got[0.0].index(OTHER) < got[0.0].index(TARGET)
+    assert got[2.0].index(TARGET) < got[2.0].index(OTHER)
     assert got[2.0][:2] == got[0.0][:2]  # the best hits keep their places
-    assert got[None].index(target) < got[None].index(other)  # the default without a model: on (weight 4)
+    assert got[None].index(TARGET) < got[None].index(OTHER)  # the default without a model: on (weight 4)
+    assert got[2.0].index("Ana: how was the match") < got[2.0].index(OTHER)
+
+
+def test_search_session_support_leaves_a_store_whose_every_match_is_a_candidate(tmp_path):
+    """As the second pass: when the lexical channel did not fill its depth, the first pass scored every match,
+    and no turn that matched nothing may climb above one that did."""
+    path = tmp_path / "m.db"
+    _garden_store(path, 0)
+    got = {}
+    for w in (0.0, 4.0):
+        with Memory(path, embedder=None, config=Config(session_support=w)) as mem:
+            got[w] = [(h.id, h.score) for h in mem.search("garden tomatoes watering", top_k=8, user_id="u",
+                                                          reinforce=False)]
+    assert got[4.0] == got[0.0]
 
 
 def test_search_session_support_default_is_off_with_the_semantic_channel(tmp_path, embedder):
