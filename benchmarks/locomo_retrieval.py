@@ -764,6 +764,11 @@ def parse_config(spec: str) -> Config:
     return Config(**kw)
 
 
+def _param_value(current: Any, raw: str) -> Any:
+    """A command-line value for a RetrievalParams field, of the field's type (``current`` is its value)."""
+    return raw.strip() in ("1", "true", "True") if isinstance(current, bool) else type(current)(float(raw))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="path to locomo_dev.json")
@@ -811,14 +816,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             cur = getattr(retrieval.PARAMS, key.strip(), None)
             if cur is None:
                 raise SystemExit(f"locomo_retrieval: --params {item!r}: RetrievalParams has no field {key.strip()!r}")
-            over[key.strip()] = raw.strip() in ("1", "true", "True") if isinstance(cur, bool) else type(cur)(float(raw))
+            over[key.strip()] = _param_value(cur, raw)
         retrieval.PARAMS = replace(retrieval.PARAMS, **over)
     for spec in args.grid_axis:
         name, _, vals = spec.partition("=")
         name = name.strip()
         if not hasattr(retrieval.PARAMS, name):
             raise SystemExit(f"locomo_retrieval: --grid-axis {spec!r}: RetrievalParams has no field {name!r}")
-        values = tuple(type(getattr(retrieval.PARAMS, name))(float(v)) for v in vals.split(",") if v.strip())
+        values = tuple(_param_value(getattr(retrieval.PARAMS, name), v) for v in vals.split(",") if v.strip())
         if not values or values[0] != getattr(retrieval.PARAMS, name):
             raise SystemExit(f"locomo_retrieval: --grid-axis {spec!r}: the first value must be the shipped "
                              f"{getattr(retrieval.PARAMS, name)!r}")

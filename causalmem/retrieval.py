@@ -264,13 +264,14 @@ def _ranked(views: Views, query: str, top_k: int, chans: tuple[str, ...], fusion
             et = table.event_time[nids]
             scores = dates.date_match(nids, scores, np.where(np.isnan(et), table.created_at[nids], et), query,
                                       p.date_match, p.date_slack_days)
-        # measured on the blend only: rrf and hybrid keep their documented scores
-        w_sup = 0.0 if fusion != "blend" else p.session_support if qvec is not None else p.session_support_lexical
-        # and, as the second pass, only when the lexical channel filled its depth: where every match in scope is
-        # a candidate already, the first pass has scored them all, and lifting a turn that matched nothing (a
-        # hit's neighbour over the graph) above one that did would only misrank a small store
-        if w_sup > 0 and len(lex_ids) >= depth:
-            scores = sessions.session_support(nids, scores, table.session[nids], w_sup, p.session_seeds)
+        # Session support: measured on the blend only (rrf and hybrid keep their documented scores), and, as the
+        # second pass, only when the lexical channel filled its depth: where every match in scope is a candidate
+        # already, the first pass has scored them all, and lifting a turn that matched nothing (a hit's neighbour
+        # over the graph) above one that did would only misrank a small store.
+        if fusion == "blend" and len(lex_ids) >= depth:
+            w_sup = p.session_support if qvec is not None else p.session_support_lexical
+            if w_sup > 0:
+                scores = sessions.session_support(nids, scores, table.session[nids], w_sup, p.session_seeds)
         order = np.lexsort((nids, -scores))
         pre = nids[order[: top_k * 3]]
         sup = views.store.superseded_chunks(pre.tolist())

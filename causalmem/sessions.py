@@ -27,14 +27,11 @@ def session_support(nids: np.ndarray, scores: np.ndarray, sessions: np.ndarray, 
     top = top[(sessions[top] != 0) & (sc[top] > 0)]
     if not len(top):
         return scores
-    codes, inv = np.unique(sessions[top], return_inverse=True)
-    mass = np.bincount(inv, weights=sc[top], minlength=len(codes))
-    pos = np.searchsorted(codes, sessions)
-    pos = np.minimum(pos, len(codes) - 1)
-    support = np.where(codes[pos] == sessions, mass[pos], 0.0)
-    own = np.zeros(len(sc))
-    own[top] = sc[top]
-    support = np.maximum(support - own, 0.0)
+    support = np.zeros(len(sc))
+    for k in top.tolist():  # at most ``seeds`` hits: each adds its score to every candidate of its session
+        support[sessions == sessions[k]] += sc[k]
+    support[top] -= sc[top]  # a hit's own score is not support for itself
+    support = np.maximum(support, 0.0)
     if not support.any():
         return scores
     return sc * (1.0 + weight * support / (seeds * best))

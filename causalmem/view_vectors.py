@@ -24,6 +24,7 @@ from .embedding import query_encoder_ready
 from .onnx_embedder import QueryVectorCache
 from .semantic import Embedder, resolve_embedder, vector_to_blob
 from .store.base import EmbeddingRow, text_hash
+from .vector_codec import normalise_rows
 from .vector_index import UNKNOWN_HASH, VectorIndex, decode_rows, stamp_sidecar
 
 log = logging.getLogger("causalmem")
@@ -394,5 +395,5 @@ class VectorView:
         if not rows:
             return np.empty(0, np.int64), np.empty((0, 0), np.float32)
         rid, vecs = decode_rows(rows, emb.dim)
-        return rid, (vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+        return rid, normalise_rows(vecs)
 
